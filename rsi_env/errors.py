@@ -1,0 +1,71 @@
+"""Every error a user of rsi-env can meet, in one tree.
+
+::
+
+    RsiEnvError                      base of everything raised on purpose
+    ├── InvalidConfigError           an engine flag vLLM would refuse (names the flag, value, what is allowed)
+    ├── ModelSpecError               a config.json that cannot be read as a supported architecture
+    ├── HardwareSpecError            an unknown or malformed hardware entry
+    ├── WorkloadError                a workload file that is malformed (names the field and the fix)
+    ├── CatalogError                 an id that is not in a catalog (lists the ids that are)
+    └── CalibrationError             calibration data that is missing or does not fit
+
+A measurement that fails the way an engine fails (out of memory, a refused config) is *not* an
+exception: it is returned as ``Telemetry.error`` so that an episode survives it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CalibrationError",
+    "CatalogError",
+    "HardwareSpecError",
+    "InvalidConfigError",
+    "ModelSpecError",
+    "RsiEnvError",
+    "WorkloadError",
+]
+
+
+class RsiEnvError(Exception):
+    """Base class of every error rsi-env raises on purpose."""
+
+
+class InvalidConfigError(RsiEnvError, ValueError):
+    """An engine configuration vLLM would refuse.
+
+    ``field`` is the flag's name (vLLM's own), ``value`` the value given, ``allowed`` what would be
+    accepted, in words.
+    """
+
+    def __init__(self, field: str, value: object, allowed: str, reason: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        msg = f"{field}={value!r} is not allowed: {reason or 'expected ' + allowed}"
+        if reason:
+            msg += f" (allowed: {allowed})"
+        super().__init__(msg)
+
+
+class ModelSpecError(RsiEnvError, ValueError):
+    """A model config.json that is missing fields or describes an unsupported architecture."""
+
+
+class HardwareSpecError(RsiEnvError, ValueError):
+    """A hardware description that is malformed."""
+
+
+class WorkloadError(RsiEnvError, ValueError):
+    """A workload file that is malformed; the message names the field and what is allowed."""
+
+
+class CatalogError(RsiEnvError, KeyError):
+    """An id that is not in one of the shipped catalogs."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class CalibrationError(RsiEnvError, ValueError):
+    """Calibration coefficients or measurements that are missing or inconsistent."""

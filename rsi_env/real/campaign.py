@@ -1,0 +1,74 @@
+"""Run a grid of engine configurations on the real engine, each in its own process, within a deadline.
+
+A plan (``configs/calibration/*.yaml``) lists ``runs`` (model + flags) and ``workloads``. Each run
+is one :mod:`rsi_env.real.vllm_driver` process in its own process group, killed whole if it
+outlives ``per_run_timeout_s``; no run starts if fewer than ``min_left_s`` seconds remain before
+the deadline. Results are appended to one JSON-lines file as they come, so a cut-short campaign
+keeps everything it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+__all__ = ["main"]
+
+
+def _run_one(cmd: list[str], timeout: float, log: Path) -> int:
+    with open(log, "a") as lf:
+        lf.write(f"\n=== {' '.join(cmd)}\n")
+        lf.flush()
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            lf.write(f"=== killed after {timeout:.0f}s\n")
+            return -9
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--plan", required=True)
+    p.add_argument("--out", required=True, help="folder for results.jsonl and campaign.log")
+    p.add_argument("--deadline-s", type=float, default=540.0, help="seconds from now")
+    p.add_argument("--only", default="", help="comma-separated run names to do (default: all)")
+    args = p.parse_args(argv)
+    t_end = time.monotonic() + args.deadline_s
+    plan = yaml.safe_load(Path(args.plan).read_text())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    wl = [str(Path(args.plan).parent / w) if not Path(w).exists() else w for w in plan["workloads"]]
+    only = {s for s in args.only.split(",") if s}
+    for run in plan["runs"]:
+        if only and run["name"] not in only:
+            continue
+        left = t_end - time.monotonic()
+        need = float(run.get("min_left_s", plan.get("min_left_s", 90)))
+        if left < need:
+            print(json.dumps({"skipped": run["name"], "left_s": round(left)}), flush=True)
+            continue
+        cmd = [sys.executable, "-m", "rsi_env.real.vllm_driver", "--model", run["model"],
+               "--out", str(out / "results.jsonl")]
+        for k, v in (run.get("set") or {}).items():
+            cmd += ["--set", f"{k}={json.dumps(v)}"]
+        for w in run.get("workloads", wl):
+            cmd += ["--workload", w]
+        t0 = time.monotonic()
+        rc = _run_one(cmd, min(float(plan.get("per_run_timeout_s", 240)), left - 5), out / "campaign.log")
+        print(json.dumps({"run": run["name"], "rc": rc, "s": round(time.monotonic() - t0, 1)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

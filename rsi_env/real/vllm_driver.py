@@ -1,0 +1,238 @@
+"""Measure the real vLLM engine on workloads: one engine start, one config, several workloads.
+
+Run as its own process (``python -m rsi_env.real.vllm_driver``): vLLM spawns workers and holds
+the accelerator, so every configuration gets a fresh process that exits with its memory. It
+writes the model's ``config.json`` to a temporary folder, starts vLLM's ``AsyncLLM`` with
+``load_format="dummy"`` (the real architecture's speed, no weights), sends each workload's exact
+token ids on its arrival schedule, streams the outputs to time TTFT/TPOT/latency per request, and
+reads vLLM's own Prometheus counters (preemptions, prefix-cache queries and hits, KV-cache usage,
+tokens per step). One JSON line per workload goes to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rsi_env.engine.model import load_model
+from rsi_env.engine.telemetry import RequestTimings, summarize
+from rsi_env.engine.workload import SLO, Trace, Workload
+
+__all__ = ["main"]
+
+# EngineConfig flags that are fields of vLLM's EngineArgs under the same name.
+_PASS_THROUGH = (
+    "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
+    "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "enforce_eager",
+    "cudagraph_capture_sizes", "long_prefill_token_threshold", "max_num_partial_prefills",
+    "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
+    "max_model_len", "scheduling_policy", "async_scheduling",
+)
+
+
+def _metric_values() -> dict[str, float]:
+    """Sum of each vllm:* counter/gauge and (count, sum) of histograms, over all label sets."""
+    from vllm.v1.metrics.reader import Counter, Gauge, Histogram, get_metrics_snapshot
+
+    out: dict[str, float] = {}
+    for m in get_metrics_snapshot():
+        if isinstance(m, (Counter, Gauge)):
+            out[m.name] = out.get(m.name, 0.0) + float(m.value)
+        elif isinstance(m, Histogram):
+            out[m.name + ":count"] = out.get(m.name + ":count", 0.0) + float(m.count)
+            out[m.name + ":sum"] = out.get(m.name + ":sum", 0.0) + float(m.sum)
+    return out
+
+
+async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str) -> tuple[RequestTimings, dict[str, Any]]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    n = len(trace)
+    prompts = [trace.prompt_token_ids(i, vocab) for i in range(n)]
+    arrival = np.zeros(n)
+    first = np.zeros(n)
+    finish = np.zeros(n)
+    produced = np.zeros(n, dtype=np.int64)
+    samples: list[tuple[float, float]] = []
+    done = asyncio.Event()
+
+    async def one(i: int, t0: float) -> None:
+        sp = SamplingParams(max_tokens=int(trace.output_len[i]), min_tokens=int(trace.output_len[i]),
+                            ignore_eos=True, temperature=0.0, output_kind=RequestOutputKind.DELTA,
+                            detokenize=False)
+        arrival[i] = time.perf_counter() - t0
+        async for out in engine.generate(TokensPrompt(prompt_token_ids=prompts[i]), sp, f"{tag}-{i}"):
+            k = len(out.outputs[0].token_ids)
+            if k and produced[i] == 0:
+                first[i] = time.perf_counter() - t0
+            produced[i] += k
+            if out.finished:
+                finish[i] = time.perf_counter() - t0
+
+    async def sampler() -> None:
+        from vllm.v1.metrics.reader import Gauge, get_metrics_snapshot
+
+        while not done.is_set():
+            usage = running = 0.0
+            for m in get_metrics_snapshot():
+                if isinstance(m, Gauge) and m.name == "vllm:kv_cache_usage_perc":
+                    usage = max(usage, float(m.value))
+                elif isinstance(m, Gauge) and m.name == "vllm:num_requests_running":
+                    running += float(m.value)
+            samples.append((usage, running))
+            await asyncio.sleep(0.05)
+
+    before = _metric_values()
+    sampler_task = asyncio.create_task(sampler())
+    t0 = time.perf_counter()
+    if trace.closed_concurrency:
+        next_i = 0
+
+        async def worker() -> None:
+            nonlocal next_i
+            while next_i < n:
+                i = next_i
+                next_i += 1
+                await one(i, t0)
+
+        await asyncio.gather(*(worker() for _ in range(min(trace.closed_concurrency, n))))
+    else:
+        tasks = []
+        for i in range(n):
+            delay = float(trace.arrival_s[i]) - (time.perf_counter() - t0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i, t0)))
+        await asyncio.gather(*tasks)
+    done.set()
+    await sampler_task
+    after = _metric_values()
+    diff = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    if not np.array_equal(produced, trace.output_len):
+        bad = int(np.sum(produced != trace.output_len))
+        raise RuntimeError(f"{bad} requests produced a different number of tokens than asked")
+    busy = [r for _, r in samples if r > 0]
+    counters = {
+        "num_preemptions": int(round(diff.get("vllm:num_preemptions", 0.0))),
+        "prefix_cache_queries": diff.get("vllm:prefix_cache_queries", 0.0),
+        "prefix_cache_hits": diff.get("vllm:prefix_cache_hits", 0.0),
+        "kv_cache_usage_peak": max((u for u, _ in samples), default=0.0),
+        "mean_running": float(np.mean(busy)) if busy else 0.0,
+        "num_steps": diff.get("vllm:iteration_tokens_total:count", 0.0),
+        "step_tokens": diff.get("vllm:iteration_tokens_total:sum", 0.0),
+    }
+    return RequestTimings(arrival, first, finish, trace.prompt_len, trace.output_len), counters
+
+
+def _resolved(vllm_config: Any) -> dict[str, Any]:
+    sc, cc, mc = vllm_config.scheduler_config, vllm_config.cache_config, vllm_config.model_config
+    comp = vllm_config.compilation_config
+    return {
+        "max_num_seqs": sc.max_num_seqs,
+        "max_num_batched_tokens": sc.max_num_batched_tokens,
+        "enable_chunked_prefill": getattr(sc, "enable_chunked_prefill", None),
+        "long_prefill_token_threshold": getattr(sc, "long_prefill_token_threshold", None),
+        "async_scheduling": getattr(sc, "async_scheduling", None),
+        "block_size": cc.block_size,
+        "num_gpu_blocks": cc.num_gpu_blocks,
+        "gpu_memory_utilization": cc.gpu_memory_utilization,
+        "enable_prefix_caching": cc.enable_prefix_caching,
+        "kv_cache_dtype": cc.cache_dtype,
+        "max_model_len": mc.max_model_len,
+        "enforce_eager": mc.enforce_eager,
+        "cudagraph_capture_sizes": list(getattr(comp, "cudagraph_capture_sizes", None) or []),
+        "cudagraph_mode": str(getattr(comp, "cudagraph_mode", "")),
+        "tensor_parallel_size": vllm_config.parallel_config.tensor_parallel_size,
+        "pipeline_parallel_size": vllm_config.parallel_config.pipeline_parallel_size,
+    }
+
+
+async def _main_async(args: argparse.Namespace) -> int:
+    import vllm
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    spec = load_model(args.model)
+    flags: dict[str, Any] = {}
+    for item in args.set:
+        k, _, v = item.partition("=")
+        flags[k] = yaml.safe_load(v)
+    unknown = [k for k in flags if k not in _PASS_THROUGH]
+    if unknown:
+        print(f"unknown flags {unknown}; known: {_PASS_THROUGH}", file=sys.stderr)
+        return 2
+    workloads = [Workload.from_yaml(p) for p in args.workload]
+    tmp = Path(tempfile.mkdtemp(prefix="rsi-model-"))
+    (tmp / "config.json").write_text(json.dumps(spec.to_hf_config()))
+    ctx = UsageContext.OPENAI_API_SERVER if args.usage_context == "server" else UsageContext.LLM_CLASS
+    eargs = AsyncEngineArgs(model=str(tmp), load_format="dummy", skip_tokenizer_init=True,
+                            generation_config="vllm", disable_log_stats=False, seed=0, **flags)
+    t_start = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(eargs, usage_context=ctx)
+    startup = time.perf_counter() - t_start
+    resolved = _resolved(engine.vllm_config)
+    print(json.dumps({"startup_s": startup, "resolved": resolved}), flush=True)
+    try:
+        # Warm-up: a few short requests so first-request effects stay out of the measurement.
+        warm = Workload.from_dict({"name": "warmup", "seed": 999, "requests": 16, "prompt_tokens": 64,
+                                   "output_tokens": 16})
+        await _run_trace(engine, warm.trace(), spec.vocab_size, "warm")
+        for w in workloads:
+            await engine.reset_prefix_cache()
+            trace = w.trace()
+            t_w = time.perf_counter()
+            timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name)
+            q = c["prefix_cache_queries"]
+            tel = summarize(
+                timings, slo=w.slo if args.slo_from_workload else SLO(), price_per_hour=0.0, num_gpus=1,
+                num_preemptions=c["num_preemptions"],
+                prefix_cache_hit_rate=c["prefix_cache_hits"] / q if q else 0.0,
+                kv_cache_usage_peak=c["kv_cache_usage_peak"], num_gpu_blocks=resolved["num_gpu_blocks"] or 0,
+                mean_batch_size=c["mean_running"], tier="real", calibration=None,
+            )
+            row = {
+                "model": args.model, "flags": flags, "usage_context": args.usage_context,
+                "resolved": resolved, "workload": w.name, "workload_hash": w.content_hash,
+                "workload_spec": w.to_dict(), "vllm_version": vllm.__version__, "startup_s": startup,
+                "wall_s": time.perf_counter() - t_w, "counters": c, "telemetry": tel.to_dict(),
+                "hardware": args.hardware, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps({"workload": w.name, "out_tok_per_s": tel.out_tok_per_s,
+                              "tpot_p50": tel.tpot_p50, "ttft_p50": tel.ttft_p50,
+                              "preempt": tel.num_preemptions, "steps": c["num_steps"]}), flush=True)
+    finally:
+        engine.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="catalog id or path to a config.json")
+    p.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE", help="an EngineArgs flag")
+    p.add_argument("--workload", action="append", required=True, help="workload YAML (repeatable)")
+    p.add_argument("--out", required=True, help="JSON-lines file to append results to")
+    p.add_argument("--hardware", default="h200")
+    p.add_argument("--usage-context", choices=("server", "llm"), default="server")
+    p.add_argument("--slo-from-workload", action="store_true")
+    args = p.parse_args(argv)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    return asyncio.run(_main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The sim tier: a fast, calibrated simulator of the vLLM V1 engine.
+
+:func:`simulate` has the `Tier` signature of DESIGN.md — ``measure(engine_config, model, hardware,
+workload) -> Telemetry`` — and never raises for a configuration vLLM would refuse or that does not
+fit in memory: that comes back as ``Telemetry.error``, as it would from the real engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rsi_env.engine.config import EngineConfig, ResolvedConfig
+from rsi_env.engine.hardware import HardwareSpec, load_hardware
+from rsi_env.engine.model import ModelSpec, load_model
+from rsi_env.engine.telemetry import RequestTimings, Telemetry, summarize
+from rsi_env.engine.workload import SLO, Trace, Workload
+from rsi_env.errors import InvalidConfigError
+from rsi_env.sim.calibration import Calibration, load_calibration
+from rsi_env.sim.cost import StepCost
+from rsi_env.sim.engine import EngineSim, SimResult
+from rsi_env.sim.memory import MemoryPlan, plan_memory
+
+__all__ = ["SimTier", "simulate", "simulate_detailed"]
+
+
+def _split_dp(trace: Trace, dp: int, k: int) -> Trace:
+    """Requests ``k, k+dp, …``: a round-robin load balancer in front of ``dp`` engine replicas."""
+    sel = np.arange(k, len(trace), dp)
+    return Trace(trace.arrival_s[sel], trace.prompt_len[sel], trace.output_len[sel], trace.prefix_group[sel],
+                 trace.prefix_len[sel], -(-trace.closed_concurrency // dp) if trace.closed_concurrency else 0,
+                 trace.seed)
+
+
+def simulate_detailed(
+    engine_config: EngineConfig | dict[str, Any] | None,
+    model: ModelSpec | str | Path,
+    hardware: HardwareSpec | str,
+    workload: Workload | str | Path,
+    *,
+    engine_version: str = "0.26",
+    usage_context: str = "server",
+    calibration: Calibration | str | Path | None = None,
+    slo: SLO | None = None,
+    check_invariants: bool = False,
+) -> tuple[Telemetry, ResolvedConfig | None, MemoryPlan | None, list[SimResult]]:
+    """Like :func:`simulate`, also returning the resolved config, the memory plan and raw results."""
+    spec = load_model(model)
+    hw = load_hardware(hardware)
+    wl = workload if isinstance(workload, Workload) else Workload.from_yaml(workload)
+    if isinstance(calibration, Calibration):
+        cal = calibration
+    else:
+        cal = load_calibration(hw.name, engine_version, calibration)
+    cfg_in = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
+    try:
+        cfg = cfg_in.resolve(spec, hw, engine_version, usage_context)
+    except InvalidConfigError as exc:
+        return Telemetry.failed(f"invalid_config: {exc}", calibration=cal.id), None, None, []
+    plan = plan_memory(spec, hw, cfg, cal)
+    if plan.error:
+        return Telemetry.failed(plan.error, calibration=cal.id, num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, []
+    trace = wl.trace()
+    too_long = trace.prompt_len >= cfg.max_model_len
+    if too_long.any():
+        worst = int(trace.prompt_len.max())
+        return Telemetry.failed(
+            f"invalid_config: a prompt of {worst} tokens does not fit max_model_len={cfg.max_model_len} "
+            "(vLLM rejects such requests); raise max_model_len or shorten the workload's prompts",
+            calibration=cal.id, num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, []
+    capped = np.minimum(trace.output_len, cfg.max_model_len - trace.prompt_len)
+    trace = Trace(trace.arrival_s, trace.prompt_len, capped, trace.prefix_group, trace.prefix_len,
+                  trace.closed_concurrency, trace.seed)
+    cost = StepCost(spec, hw, cfg, cal)
+    dp = cfg.data_parallel_size
+    results = []
+    for k in range(dp):
+        part = _split_dp(trace, dp, k) if dp > 1 else trace
+        try:
+            results.append(EngineSim(cfg, cost, part, plan.num_gpu_blocks, check_invariants).run())
+        except RuntimeError as exc:
+            return Telemetry.failed(f"invalid_config: {exc}", calibration=cal.id,
+                                    num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, results
+    cat = (lambda f: np.concatenate([getattr(r, f) for r in results]))  # noqa: E731
+    timings = RequestTimings(cat("arrival"), cat("first_token"), cat("finish"), cat("prompt_len"), cat("output_len"))
+    queries = sum(r.prefix_queries for r in results)
+    busy = sum(r.busy_time for r in results)
+    tel = summarize(
+        timings, slo=slo if slo is not None else wl.slo, price_per_hour=hw.price_per_hour, num_gpus=cfg.num_gpus,
+        num_preemptions=sum(r.num_preemptions for r in results),
+        prefix_cache_hit_rate=sum(r.prefix_hits for r in results) / queries if queries else 0.0,
+        kv_cache_usage_peak=max(r.kv_usage_peak for r in results),
+        num_gpu_blocks=plan.num_gpu_blocks,
+        mean_batch_size=sum(r.running_time_integral for r in results) / busy if busy else 0.0,
+        tier="sim", calibration=cal.id,
+    )
+    return tel, cfg, plan, results
+
+
+def simulate(
+    engine_config: EngineConfig | dict[str, Any] | None,
+    model: ModelSpec | str | Path,
+    hardware: HardwareSpec | str,
+    workload: Workload | str | Path,
+    *,
+    engine_version: str = "0.26",
+    usage_context: str = "server",
+    calibration: Calibration | str | Path | None = None,
+    slo: SLO | None = None,
+) -> Telemetry:
+    """Simulate ``workload`` on vLLM with ``engine_config``; errors come back in ``Telemetry.error``."""
+    return simulate_detailed(engine_config, model, hardware, workload, engine_version=engine_version,
+                             usage_context=usage_context, calibration=calibration, slo=slo)[0]
+
+
+class SimTier:
+    """The cheap tier behind the `Tier` seam: ``measure(engine_config, model, hardware, workload)``."""
+
+    name = "sim"
+
+    def __init__(self, engine_version: str = "0.26", usage_context: str = "server",
+                 calibration: Calibration | str | Path | None = None) -> None:
+        self.engine_version = engine_version
+        self.usage_context = usage_context
+        self.calibration = calibration
+
+    def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
+                hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
+        return simulate(engine_config, model, hardware, workload, engine_version=self.engine_version,
+                        usage_context=self.usage_context, calibration=self.calibration)

@@ -1,0 +1,92 @@
+"""`Calibration`: the coefficients that turn the roofline into seconds and bytes, per chip and vLLM release.
+
+Coefficients are data (``rsi_env/catalog/calibration/<hardware>-vllm<version>.yaml``), fitted by
+:mod:`rsi_env.sim.fit` against real measurements and stored with their provenance and held-out
+error. A (hardware, version) with no fitted file falls back to ``default.yaml`` — vendor-typical
+efficiencies — and the telemetry says so (``calibration: "default"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rsi_env.errors import CalibrationError
+
+__all__ = ["Calibration", "COEFFICIENTS", "load_calibration"]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Efficiencies (fractions of the datasheet roofline), overheads (seconds) and memory terms (bytes)."""
+
+    id: str = "default"
+    hardware: str = "*"
+    engine_version: str = "*"
+    # GPU roofline efficiencies.
+    mm_eff: float = 0.70          # dense GEMM FLOP/s reached, fraction of peak
+    bw_eff: float = 0.80          # weight streaming, fraction of peak bandwidth
+    attn_eff: float = 0.45        # prefill attention FLOP/s, fraction of peak
+    kv_bw_eff: float = 0.60       # paged KV-cache reads, fraction of peak bandwidth
+    comm_eff: float = 0.70        # all-reduce bus bandwidth, fraction of the link's
+    # Per-step overheads.
+    step_s: float = 4.0e-4        # fixed device-side cost of a step (sampler, graph launch)
+    per_req_s: float = 4.0e-6     # per scheduled request (metadata, sampling)
+    per_token_s: float = 1.0e-8   # per scheduled token beyond the roofline (embedding, norms)
+    piecewise_layer_s: float = 1.0e-5  # per layer, mixed batches (attention outside the CUDA graph)
+    eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph
+    cpu_step_s: float = 1.5e-3    # engine-core CPU per step (schedule + update)
+    cpu_per_req_s: float = 1.2e-5  # engine-core CPU per running request per step
+    # Memory profile (vLLM's determine_available_memory).
+    non_torch_bytes: float = 1.5e9     # CUDA context, cuBLAS/NCCL workspaces
+    act_token_coef: float = 1.0        # x (2*intermediate + 4*hidden) * 2 bytes per batched token
+    act_logit_coef: float = 2.0        # x vocab * 4 bytes per sampled request in the profile run
+    cudagraph_bytes: float = 0.0       # memory CUDA graphs take off the KV cache
+    provenance: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Calibration:
+        names = {f.name for f in fields(cls)}
+        unknown = set(raw) - names
+        if unknown:
+            raise CalibrationError(f"unknown calibration fields {sorted(unknown)}")
+        return cls(**raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def with_coefficients(self, values: dict[str, float]) -> Calibration:
+        return replace(self, **values)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+COEFFICIENTS = tuple(f.name for f in fields(Calibration) if f.type in ("float", float))
+
+
+def _calib_dir() -> Any:
+    return resources.files("rsi_env") / "catalog" / "calibration"
+
+
+@cache
+def _load(name: str) -> Calibration:
+    entry = _calib_dir() / name
+    return Calibration.from_dict(yaml.safe_load(entry.read_text()))
+
+
+def load_calibration(hardware: str, engine_version: str, path: str | Path | None = None) -> Calibration:
+    """The fitted calibration of (hardware, version), a file given by path, or the default one."""
+    if path is not None:
+        return Calibration.from_dict(yaml.safe_load(Path(path).read_text()))
+    ver = ".".join(str(engine_version).split(".")[:2])
+    name = f"{hardware}-vllm{ver}.yaml"
+    if (_calib_dir() / name).is_file():
+        return _load(name)
+    base = _load("default.yaml")
+    return replace(base, hardware=hardware, engine_version=ver)

@@ -1,0 +1,152 @@
+"""The cost of one engine step: a roofline of the batch scaled by calibrated efficiencies.
+
+A step's device time is the sum of its parts, each the slower of its FLOPs at the calibrated
+compute rate and its bytes at the calibrated bandwidth: the decoder's linear layers (weights read
+once per step, FLOPs on the CUDA-graph-padded token count; MoE reads only the experts the batch
+activates), the LM head on the sampled rows, prefill attention (FLOPs of each chunk against its
+context), decode attention (KV bytes read), tensor-parallel all-reduces, and per-step, per-request
+and per-layer launch overheads (eager or piecewise CUDA graphs). The engine core's CPU time runs
+beside the device with async scheduling and after it without.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rsi_env.engine.config import ResolvedConfig
+from rsi_env.engine.hardware import HardwareSpec
+from rsi_env.engine.model import ModelSpec
+from rsi_env.sim.calibration import Calibration
+
+__all__ = ["StepCost"]
+
+_SHARPNESS = 3.0  # soft maximum of compute and memory time: real kernels overlap the two imperfectly
+
+
+def _roof(flops: float, flop_rate: float, nbytes: float, byte_rate: float) -> float:
+    c, m = flops / flop_rate, nbytes / byte_rate
+    return float((c**_SHARPNESS + m**_SHARPNESS) ** (1.0 / _SHARPNESS))
+
+
+@dataclass
+class StepCost:
+    """Precomputed per-(model, hardware, config, calibration) constants and the step-time formula."""
+
+    model: ModelSpec
+    hw: HardwareSpec
+    cfg: ResolvedConfig
+    cal: Calibration
+
+    def __post_init__(self) -> None:
+        m, hw, cfg, cal = self.model, self.hw, self.cfg, self.cal
+        tp, pp = cfg.tensor_parallel_size, cfg.pipeline_parallel_size
+        wb = cfg.weight_dtype_bytes(m)
+        peak = hw.fp8_flops if (cfg.quantization and hw.fp8_flops > 0) else hw.bf16_flops
+        self._mm_rate = peak * cal.mm_eff
+        self._bw_rate = hw.mem_bw * cal.bw_eff
+        self._attn_rate = hw.bf16_flops * cal.attn_eff
+        self._kv_rate = hw.mem_bw * cal.kv_bw_eff
+        dense_layers = m.num_layers - m.num_moe_layers
+        # Weights every step reads regardless of the batch (attention, dense MLPs, shared experts, routers).
+        fixed = m.num_layers * m.attn_params_per_layer + dense_layers * m.dense_mlp_params + m.num_moe_layers * (
+            m.shared_expert_params + m.hidden_size * m.num_experts)
+        self._fixed_w_bytes = fixed * wb / tp
+        self._flops_per_token = 2.0 * m.active_layer_params / tp
+        self._expert_bytes = m.expert_params * wb / tp
+        self._lm_bytes = m.lm_head_params * m.dtype_bytes / tp
+        self._lm_flops_per_row = 2.0 * m.hidden_size * m.vocab_size / tp
+        layers_attn = m.num_layers
+        # 4 FLOPs per (query, key) pair per head-dim element: QK^T and PV, multiply-add each.
+        self._attn_flops_per_pair = 4.0 * m.num_heads * m.head_dim * layers_attn / tp
+        self._kv_bytes_per_token = 2.0 * m.num_layers * max(1, m.num_kv_heads // tp) * m.head_dim * cfg.kv_dtype_bytes(m)
+        self._window = m.sliding_window if (m.sliding_window and m.num_sliding_layers == m.num_layers) else None
+        self._layers = m.num_layers
+        self._hidden_bytes = m.hidden_size * m.dtype_bytes
+        self._comm_rate = hw.interconnect_bw * cal.comm_eff
+        self._tp = tp
+        self._pp = pp
+        self._sizes = np.asarray(cfg.cudagraph_capture_sizes, dtype=np.int64)
+        self._max_graph = int(self._sizes[-1]) if self._sizes.size else 0
+
+    # ---- pieces ---------------------------------------------------------------------------------
+    def padded(self, num_tokens: int) -> int:
+        """Tokens the step really runs: padded up to the next CUDA-graph capture size when one fits."""
+        if num_tokens <= self._max_graph:
+            return int(self._sizes[np.searchsorted(self._sizes, num_tokens)])
+        return num_tokens
+
+    def _linear(self, tokens_padded: int, rows: int) -> float:
+        m = self.model
+        w_bytes = self._fixed_w_bytes
+        if m.is_moe:
+            e, k = m.num_experts, m.num_experts_per_tok
+            active = e * (1.0 - (1.0 - k / e) ** tokens_padded)
+            w_bytes += m.num_moe_layers * active * self._expert_bytes
+        t = _roof(self._flops_per_token * tokens_padded, self._mm_rate, w_bytes, self._bw_rate)
+        return t + _roof(self._lm_flops_per_row * rows, self._mm_rate, self._lm_bytes, self._bw_rate)
+
+    def _comm(self, tokens_padded: int) -> float:
+        t = 0.0
+        if self._tp > 1:
+            nbytes = tokens_padded * self._hidden_bytes
+            ring = 2.0 * (self._tp - 1) / self._tp * nbytes / self._comm_rate
+            t += 2.0 * self._layers * (self.hw.interconnect_latency_s + ring)
+        if self._pp > 1:
+            t += (self._pp - 1) * (self.hw.interconnect_latency_s + tokens_padded * self._hidden_bytes / self._comm_rate)
+        return t
+
+    def _overhead(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
+        cal = self.cal
+        t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens
+        if num_tokens > self._max_graph:
+            t += cal.eager_layer_s * self._layers
+        elif not uniform_decode:
+            t += cal.piecewise_layer_s * self._layers
+        return t
+
+    def cpu_time(self, num_running: int) -> float:
+        return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running
+
+    def combine(self, device: float, cpu: float) -> float:
+        """Step wall time: CPU work overlaps the device with async scheduling, adds to it without."""
+        return max(device, cpu) if self.cfg.async_scheduling else device + cpu
+
+    # ---- a whole step --------------------------------------------------------------------------
+    def step_time(self, num_tokens: int, num_reqs: int, num_running: int, decode_ctx_tokens: float,
+                  prefill_pairs: float, prefill_ctx_tokens: float, uniform_decode: bool) -> float:
+        """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests."""
+        tp_ = self.padded(num_tokens)
+        device = (self._linear(tp_, num_reqs) + self._comm(tp_)
+                  + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
+                  + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate
+                  + self._overhead(num_tokens, num_reqs, uniform_decode))
+        return self.combine(device, self.cpu_time(num_running))
+
+    def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
+        """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.
+
+        The context read grows by ``batch`` tokens each step; everything else is constant, so the
+        span costs one roofline evaluation and a vector operation.
+        """
+        tp_ = self.padded(batch)
+        base = self._linear(tp_, batch) + self._comm(tp_) + self._overhead(batch, batch, True)
+        ctx = ctx0 + batch * np.arange(steps, dtype=np.float64)
+        if self._window is not None:
+            ctx = np.minimum(ctx, batch * float(self._window))
+        device = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
+        cpu = self.cpu_time(num_running)
+        if self.cfg.async_scheduling:
+            return np.maximum(device, cpu)
+        return device + cpu
+
+    def window(self, ctx: int) -> int:
+        """Context a sliding-window model attends to (the whole context otherwise)."""
+        return min(ctx, self._window) if self._window is not None else ctx
+
+    @staticmethod
+    def chunk_pairs(new: int, ctx_before: int) -> float:
+        """Causal (query, key) pairs of a prefill chunk of ``new`` tokens after ``ctx_before`` ones."""
+        return new * ctx_before + new * (new + 1) / 2.0
+
