@@ -89,10 +89,7 @@ class ModelSpec:
         sliding_layers = 0
         if window:
             types = cfg.get("layer_types")
-            if types:
-                sliding_layers = sum(1 for t in types if t == "sliding_attention")
-            else:
-                sliding_layers = layers
+            sliding_layers = sum(1 for t in types if t == "sliding_attention") if types else layers
         shared = int(cfg.get("shared_expert_intermediate_size") or 0)
         if not shared and cfg.get("n_shared_experts"):
             shared = int(cfg["n_shared_experts"]) * int(cfg.get("moe_intermediate_size") or 0)

@@ -20,7 +20,7 @@ import yaml
 
 from rsi_env.errors import WorkloadError
 
-__all__ = ["SLO", "Trace", "Workload", "LengthDist", "Arrival"]
+__all__ = ["SLO", "Trace", "Workload", "LengthDist", "Arrival", "list_workloads", "load_workload"]
 
 _DISTS = ("constant", "uniform", "lognormal", "normal")
 _PROCESSES = ("burst", "poisson", "gamma", "closed")
@@ -56,7 +56,7 @@ class LengthDist:
                 return cls("uniform", min=lo, max=hi, mean=(lo + hi) / 2)
             if dist in ("lognormal", "normal"):
                 mean = float(raw["mean"])
-                sigma = float(raw.get("sigma", raw.get("std", 0.5 if dist == "lognormal" else mean / 4)))
+                sigma = float(raw.get("sigma", raw.get("std", 0.5 if dist == "lognormal" else mean / 4)) or 0.0)
                 lo, hi = int(raw.get("min", 1)), int(raw.get("max", 1 << 30))
                 if mean < 1 or sigma < 0 or not 1 <= lo <= hi:
                     raise WorkloadError(f"{where}: {dist} needs mean >= 1, sigma >= 0, 1 <= min <= max")
@@ -295,3 +295,26 @@ class Workload:
             group = np.full(n, -1, dtype=np.int64)
             plen = np.zeros(n, dtype=np.int64)
         return Trace(arrival, own + plen, out, group, plen, a.concurrency, self.seed)
+
+
+def list_workloads() -> list[str]:
+    """Names of the frozen workloads shipped in the catalog."""
+    from importlib import resources
+
+    folder = resources.files("rsi_env") / "catalog" / "workloads"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_workload(name_or_path: str | Path | Workload) -> Workload:
+    """A frozen workload by name (``short_long``) or any workload YAML file."""
+    from importlib import resources
+
+    if isinstance(name_or_path, Workload):
+        return name_or_path
+    entry = resources.files("rsi_env") / "catalog" / "workloads" / f"{name_or_path}.yaml"
+    if entry.is_file():
+        return Workload.from_dict(yaml.safe_load(entry.read_text()))
+    p = Path(name_or_path)
+    if p.is_file():
+        return Workload.from_yaml(p)
+    raise WorkloadError(f"no workload file {str(p)!r} and no frozen workload of that name; frozen: {list_workloads()}")

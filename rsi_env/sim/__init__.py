@@ -16,7 +16,7 @@ from rsi_env.engine.config import EngineConfig, ResolvedConfig
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import RequestTimings, Telemetry, summarize
-from rsi_env.engine.workload import SLO, Trace, Workload
+from rsi_env.engine.workload import SLO, Trace, Workload, load_workload
 from rsi_env.errors import InvalidConfigError
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.cost import StepCost
@@ -49,11 +49,8 @@ def simulate_detailed(
     """Like :func:`simulate`, also returning the resolved config, the memory plan and raw results."""
     spec = load_model(model)
     hw = load_hardware(hardware)
-    wl = workload if isinstance(workload, Workload) else Workload.from_yaml(workload)
-    if isinstance(calibration, Calibration):
-        cal = calibration
-    else:
-        cal = load_calibration(hw.name, engine_version, calibration)
+    wl = load_workload(workload)
+    cal = calibration if isinstance(calibration, Calibration) else load_calibration(hw.name, engine_version, calibration)
     cfg_in = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
     try:
         cfg = cfg_in.resolve(spec, hw, engine_version, usage_context)

@@ -61,7 +61,10 @@ class Calibration:
         return asdict(self)
 
     def with_coefficients(self, values: dict[str, float]) -> Calibration:
-        return replace(self, **values)
+        unknown = set(values) - set(COEFFICIENTS)
+        if unknown:
+            raise CalibrationError(f"not calibration coefficients: {sorted(unknown)}")
+        return replace(self, **values)  # type: ignore[arg-type]
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))

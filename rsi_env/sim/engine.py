@@ -39,6 +39,7 @@ class SimResult:
     finish: np.ndarray
     prompt_len: np.ndarray
     output_len: np.ndarray
+    generated: np.ndarray
     num_steps: int
     num_preemptions: int
     prefix_queries: int
@@ -211,7 +212,7 @@ class EngineSim:
                     if not admit_possible or n_wait == 0:
                         h = held[run_arr]
                         hsum = int(h.sum())
-                        def need_blocks(kk: int, c: np.ndarray = c) -> int:
+                        def need_blocks(kk: int, c: np.ndarray = c, hsum: int = hsum) -> int:
                             return int(((c + kk + bs - 1) // bs).sum()) - hsum
                         if need_blocks(k) > pool.num_free:
                             lo, hi = 0, k
@@ -232,6 +233,11 @@ class EngineSim:
                                 if k_arr < k:
                                     k = k_arr
                             span = float(cum[k - 1])
+                            # A request whose last prompt token is computed in the span's first step
+                            # samples its first token then.
+                            fresh = run_arr[np.isnan(self.first[run_arr])]
+                            if fresh.size:
+                                self.first[fresh] = now + float(cum[0])
                             newc = c + k
                             newh = (newc + bs - 1) // bs
                             pool.take(int(newh.sum()) - hsum)
@@ -437,7 +443,8 @@ class EngineSim:
 
         return SimResult(
             arrival=self.arrival, first_token=self.first, finish=self.finish, prompt_len=self.prompt,
-            output_len=self.out_len, num_steps=steps, num_preemptions=preemptions, prefix_queries=queries,
+            output_len=self.out_len, generated=self.known - self.prompt, num_steps=steps,
+            num_preemptions=preemptions, prefix_queries=queries,
             prefix_hits=hits, kv_usage_peak=kv_peak / usable, busy_time=busy, running_time_integral=run_int,
             tokens_scheduled=tokens_total,
         )

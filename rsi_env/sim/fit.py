@@ -1,0 +1,232 @@
+"""Fit a `Calibration` to real measurements and report its error on held-out ones.
+
+Measurements are the JSON lines :mod:`rsi_env.real.vllm_driver` writes (one per config and
+workload). The fit has two stages: the memory terms by least squares on the ``num_gpu_blocks``
+vLLM reported (no simulation needed), then the timing coefficients by bounded non-linear least
+squares on log-ratios of throughput, TTFT p50 and TPOT p50, simulating every training sample.
+Whole configurations are held out (never one workload of a config), chosen by a seeded split, so
+the held-out error is the error on configurations the fit has never seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import HardwareSpec, load_hardware
+from rsi_env.engine.model import load_model
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.workload import Workload
+from rsi_env.errors import CalibrationError
+from rsi_env.sim import simulate_detailed
+from rsi_env.sim.calibration import Calibration, load_calibration
+from rsi_env.sim.memory import plan_memory
+
+__all__ = ["Sample", "load_samples", "evaluate", "fit", "run_calibration"]
+
+TIMING = ("mm_eff", "bw_eff", "attn_eff", "kv_bw_eff", "step_s", "per_req_s", "piecewise_layer_s",
+          "eager_layer_s", "cpu_step_s", "cpu_per_req_s")
+_BOUNDS = {
+    "mm_eff": (0.2, 1.0), "bw_eff": (0.3, 1.0), "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0),
+    "step_s": (1e-5, 5e-3), "per_req_s": (1e-8, 1e-4), "piecewise_layer_s": (1e-7, 2e-4),
+    "eager_layer_s": (1e-6, 5e-4), "cpu_step_s": (1e-5, 2e-2), "cpu_per_req_s": (1e-8, 2e-4),
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One real measurement: what ran, and what the real engine reported."""
+
+    model: str
+    flags: dict[str, Any]
+    workload: Workload
+    real: Telemetry
+    num_gpu_blocks: int
+    engine_version: str
+    startup_s: float
+
+    @property
+    def config_key(self) -> str:
+        return f"{self.model} {json.dumps(self.flags, sort_keys=True)}"
+
+
+def load_samples(paths: list[str | Path]) -> list[Sample]:
+    out = []
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            tel = Telemetry.from_dict(row["telemetry"])
+            if tel.error:
+                continue
+            out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel,
+                              int(row["resolved"]["num_gpu_blocks"] or 0), row["vllm_version"],
+                              float(row.get("startup_s", 0.0))))
+    if not out:
+        raise CalibrationError(f"no usable measurements in {[str(p) for p in paths]}")
+    return out
+
+
+def split(samples: list[Sample], seed: int, held_fraction: float = 0.3) -> tuple[list[Sample], list[Sample]]:
+    """Hold out whole configurations: a seeded hash of each config decides, defaults always train."""
+    keys = sorted({s.config_key for s in samples})
+    scored = sorted(keys, key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
+    held = {k for k in scored if "{}" not in k}  # every model's default config stays in training
+    n_held = max(1, round(held_fraction * len(keys)))
+    held = set([k for k in scored if k in held][:n_held])
+    return [s for s in samples if s.config_key not in held], [s for s in samples if s.config_key in held]
+
+
+def _predict(s: Sample, cal: Calibration, hw: HardwareSpec) -> Telemetry:
+    return simulate_detailed(EngineConfig.from_dict(s.flags), load_model(s.model), hw, s.workload,
+                             engine_version=s.engine_version, calibration=cal)[0]
+
+
+def _ape(pred: float, real: float) -> float:
+    return abs(pred - real) / abs(real) if real else 0.0
+
+
+def _spearman(a: list[float], b: list[float]) -> float:
+    ra = np.argsort(np.argsort(a)).astype(float)
+    rb = np.argsort(np.argsort(b)).astype(float)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[str, Any]:
+    """MAPEs of throughput, TTFT/TPOT p50 and KV blocks, and rank correlation of configurations."""
+    rows = []
+    for s in samples:
+        p = _predict(s, cal, hw)
+        rows.append((s, p))
+    ok = [(s, p) for s, p in rows if p.ok]
+    err: dict[str, Any] = {"n": len(samples), "n_failed_in_sim": len(rows) - len(ok)}
+    for f in ("out_tok_per_s", "ttft_p50", "tpot_p50", "ttft_p99", "tpot_p99"):
+        err[f"{f}_mape"] = float(np.mean([_ape(getattr(p, f), getattr(s.real, f)) for s, p in ok])) if ok else None
+    err["num_gpu_blocks_mape"] = float(np.mean([_ape(p.num_gpu_blocks, s.num_gpu_blocks) for s, p in ok
+                                                if s.num_gpu_blocks])) if ok else None
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for s, p in ok:
+        groups[(s.model, s.workload.name)].append((s.real.out_tok_per_s / max(s.real.e2e_p50, 1e-9),
+                                                   p.out_tok_per_s / max(p.e2e_p50, 1e-9)))
+    rhos = [_spearman([a for a, _ in v], [b for _, b in v]) for v in groups.values() if len(v) >= 3]
+    rhos = [r for r in rhos if not math.isnan(r)]
+    err["spearman_mean"] = float(np.mean(rhos)) if rhos else None
+    err["spearman_groups"] = len(rhos)
+    err["per_sample"] = [
+        {"config": s.config_key, "workload": s.workload.name, "real_tok_s": s.real.out_tok_per_s,
+         "sim_tok_s": p.out_tok_per_s, "real_ttft_p50": s.real.ttft_p50, "sim_ttft_p50": p.ttft_p50,
+         "real_tpot_p50": s.real.tpot_p50, "sim_tpot_p50": p.tpot_p50, "sim_error": p.error}
+        for s, p in rows]
+    return err
+
+
+def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Calibration:
+    """Least squares of the memory terms on the KV bytes vLLM found (num_gpu_blocks x block bytes)."""
+    from scipy.optimize import least_squares
+
+    seen: dict[str, Sample] = {}
+    for s in samples:
+        if s.num_gpu_blocks and s.config_key not in seen:
+            seen[s.config_key] = s
+    pts = list(seen.values())
+    if not pts:
+        return cal
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        c = replace(cal, non_torch_bytes=x[0] * 1e9, act_token_coef=x[1], act_logit_coef=x[2])
+        out = []
+        for s in pts:
+            m = load_model(s.model)
+            cfg = EngineConfig.from_dict(s.flags).resolve(m, hw, s.engine_version)
+            plan = plan_memory(m, hw, cfg, c)
+            out.append((plan.kv_cache_bytes - s.num_gpu_blocks * plan.block_bytes) / 1e9)
+        return np.asarray(out)
+
+    x0 = np.array([cal.non_torch_bytes / 1e9, cal.act_token_coef, cal.act_logit_coef])
+    r = least_squares(resid, x0, bounds=([0.0, 0.0, 0.0], [20.0, 20.0, 20.0]))
+    return replace(cal, non_torch_bytes=float(r.x[0] * 1e9), act_token_coef=float(r.x[1]),
+                   act_logit_coef=float(r.x[2]))
+
+
+def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: int = 60) -> Calibration:
+    """Memory terms first, then the timing coefficients (in log space, within physical bounds)."""
+    from scipy.optimize import least_squares
+
+    cal = _fit_memory(samples, start, hw)
+    names = TIMING
+    lo = np.log([_BOUNDS[n][0] for n in names])
+    hi = np.log([_BOUNDS[n][1] for n in names])
+    x0 = np.clip(np.log([getattr(cal, n) for n in names]), lo + 1e-6, hi - 1e-6)
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        c = cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, x, strict=True)})
+        out = []
+        for s in samples:
+            p = _predict(s, c, hw)
+            if not p.ok:
+                out += [3.0, 3.0, 3.0]
+                continue
+            out.append(math.log(max(p.out_tok_per_s, 1e-9) / s.real.out_tok_per_s) * 2.0)
+            out.append(math.log(max(p.ttft_p50, 1e-6) / max(s.real.ttft_p50, 1e-6)))
+            out.append(math.log(max(p.tpot_p50, 1e-6) / max(s.real.tpot_p50, 1e-6)) * 1.5)
+        return np.asarray(out)
+
+    r = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, diff_step=0.05, x_scale=1.0)
+    return cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, r.x, strict=True)})
+
+
+def run_calibration(hardware: str, measurements: list[str], *, engine_version: str = "0.26",
+                    out: str | None = None, seed: int = 0, max_nfev: int = 60) -> dict[str, Any]:
+    """Fit on the training split, report before/after errors on both splits, optionally write the YAML."""
+    hw = load_hardware(hardware)
+    samples = load_samples([Path(m) for m in measurements])
+    train, held = split(samples, seed)
+    before = load_calibration(hardware, engine_version)
+    prior = Calibration(hardware=hardware, engine_version=engine_version)
+    t0 = time.perf_counter()
+    fitted = fit(train, hw, prior, max_nfev=max_nfev)
+    report = {
+        "hardware": hardware, "engine_version": engine_version, "seed": seed,
+        "n_train": len(train), "n_held_out": len(held),
+        "held_out_configs": sorted({s.config_key for s in held}),
+        "fit_seconds": round(time.perf_counter() - t0, 1),
+        "before": {"train": evaluate(train, before, hw), "held_out": evaluate(held, before, hw)},
+        "after": {"train": evaluate(train, fitted, hw), "held_out": evaluate(held, fitted, hw)},
+    }
+    digest = hashlib.sha256("".join(Path(m).read_text() for m in measurements).encode()).hexdigest()[:12]
+    ho: dict[str, Any] = report["after"]["held_out"]  # type: ignore[index]
+    fitted = replace(fitted, id=f"{hardware}-vllm{engine_version}-{digest}", provenance={
+        "fitted": time.strftime("%Y-%m-%d"), "measurements": [str(m) for m in measurements],
+        "measurements_sha256_12": digest, "n_train": len(train), "n_held_out": len(held),
+        "held_out_configs": report["held_out_configs"],
+        "held_out_error": {k: ho[k] for k in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape",
+                                              "num_gpu_blocks_mape", "spearman_mean")},
+    })
+    report["calibration"] = fitted.to_dict()
+    if out:
+        fitted.save(out)
+    lines = [f"calibration {fitted.id}: {len(train)} training and {len(held)} held-out measurements"]
+    for when in ("before", "after"):
+        for part in ("train", "held_out"):
+            e = report[when][part]  # type: ignore[index]
+            lines.append(f"  {when:6s} {part:8s} throughput MAPE {_pct(e['out_tok_per_s_mape'])}  "
+                         f"TTFT p50 MAPE {_pct(e['ttft_p50_mape'])}  TPOT p50 MAPE {_pct(e['tpot_p50_mape'])}  "
+                         f"blocks MAPE {_pct(e['num_gpu_blocks_mape'])}  Spearman {e['spearman_mean']}")
+    report["summary"] = "\n".join(lines)
+    return report
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:5.1f}%"

@@ -1,0 +1,98 @@
+"""The simulator reacts to each flag the way vLLM does, and refuses what vLLM refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsi_env.engine import Workload, load_workload
+from rsi_env.sim import SimTier, simulate, simulate_detailed
+
+BURST = Workload.from_dict({"name": "burst", "seed": 7, "requests": 256, "prompt_tokens": 128,
+                            "output_tokens": 512, "arrival": {"process": "burst"}})
+
+
+def sim(flags: dict, model: str = "llama-3.1-8b", hw: str = "h200", w: Workload | str = BURST):
+    return simulate(flags, model, hw, w)
+
+
+def test_default_burst_is_in_the_measured_range():
+    # shared/GPU.md: real vLLM 0.26, H200, Llama-3.1-8B, this burst: ~18,400 output tok/s, TPOT p50 ~12.7 ms.
+    t = sim({})
+    assert t.ok and 14_000 < t.out_tok_per_s < 23_000
+    assert 0.009 < t.tpot_p50 < 0.017
+
+
+def test_batching_flags_move_throughput_in_the_right_direction():
+    base = sim({}).out_tok_per_s
+    assert sim({"max_num_seqs": 16}).out_tok_per_s < 0.5 * base  # a small batch starves the GPU
+    assert sim({"enforce_eager": True}).tpot_p50 > 1.1 * sim({}).tpot_p50  # no CUDA graphs: launch-bound decode
+    assert sim({"max_num_batched_tokens": 512}).ttft_p99 > sim({}).ttft_p99  # prefill spread over more steps
+
+
+def test_prefix_caching_pays_on_shared_prefixes():
+    on = sim({}, w="shared_prefix_chat")
+    off = sim({"enable_prefix_caching": False}, w="shared_prefix_chat")
+    assert on.prefix_cache_hit_rate > 0.8 and off.prefix_cache_hit_rate == 0.0
+    assert on.ttft_p50 < off.ttft_p50
+
+
+def test_little_kv_memory_preempts_and_fp8_kv_doubles_the_blocks():
+    small = sim({"gpu_memory_utilization": 0.2, "max_model_len": 8192})
+    assert small.ok and small.num_preemptions > 0 and small.kv_cache_usage_peak > 0.95
+    fp8 = sim({"gpu_memory_utilization": 0.2, "max_model_len": 8192, "kv_cache_dtype": "fp8"})
+    assert fp8.num_gpu_blocks == pytest.approx(2 * small.num_gpu_blocks, rel=0.01)
+    assert fp8.num_preemptions < small.num_preemptions
+
+
+def test_bigger_budgets_take_memory_from_the_kv_cache():
+    a = simulate_detailed({"max_num_batched_tokens": 2048}, "llama-3.1-8b", "h200", BURST)[2]
+    b = simulate_detailed({"max_num_batched_tokens": 32768}, "llama-3.1-8b", "h200", BURST)[2]
+    assert a is not None and b is not None and b.num_gpu_blocks < a.num_gpu_blocks
+
+
+def test_parallelism_fp8_moe_and_data_parallel():
+    assert not sim({}, model="llama-3.1-70b").ok  # 141 GB of weights do not fit one H200
+    tp2 = sim({"tensor_parallel_size": 2}, model="llama-3.1-70b")
+    tp4 = sim({"tensor_parallel_size": 4}, model="llama-3.1-70b")
+    assert tp2.ok and tp4.ok and tp4.out_tok_per_s > tp2.out_tok_per_s
+    assert tp4.cost_per_mtok_usd > 0
+    pp2 = sim({"pipeline_parallel_size": 2}, model="llama-3.1-70b")
+    assert pp2.ok
+    fp8 = sim({"quantization": "fp8"})
+    assert fp8.ok and fp8.tpot_p50 < sim({}).tpot_p50
+    assert sim({}, model="qwen3-30b-a3b").ok
+    dp2 = sim({"data_parallel_size": 2})
+    assert dp2.out_tok_per_s > sim({}).out_tok_per_s
+
+
+def test_every_catalog_combination_returns_telemetry_or_a_reason():
+    from rsi_env.engine import list_hardware, list_models, list_workloads
+
+    for m in list_models():
+        for h in list_hardware():
+            t = simulate({}, m, h, load_workload(list_workloads()[0]))
+            assert t.ok or t.error.startswith(("oom", "invalid_config")), (m, h, t.error)
+
+
+@pytest.mark.parametrize("flags, reason", [
+    ({"tensor_parallel_size": 3}, "invalid_config: tensor_parallel_size=3"),
+    ({"gpu_memory_utilization": 0.12}, "invalid_config: "),
+    ({"max_model_len": 100}, "invalid_config: a prompt of"),
+    ({"max_num_partial_prefills": 4}, "Concurrent Partial Prefill"),
+])
+def test_refused_configs_come_back_as_errors_not_exceptions(flags, reason):
+    t = sim(flags, w="short_long")
+    assert not t.ok and reason in t.error
+    assert t.out_tok_per_s == 0 and t.goodput_req_per_s == 0  # a failure never looks like a fast success
+
+
+def test_kv_too_small_for_max_model_len_uses_vllms_message():
+    t = sim({"gpu_memory_utilization": 0.2})
+    assert "To serve at least one request with the model's max seq len (131072)" in t.error
+    assert "estimated maximum model length is" in t.error
+
+
+def test_sim_tier_seam():
+    tier = SimTier()
+    t = tier.measure({"max_num_seqs": 128}, "llama-3.2-1b", "l4", "many_small")
+    assert t.ok and t.tier == "sim" and t.calibration is not None
