@@ -1,6 +1,7 @@
 """rsi-env: Gymnasium environments for LLM-inference engineering on vLLM.
 
-``import rsi_env`` stays light: numpy and PyYAML only. The engine vocabulary lives in
+``import rsi_env`` registers every ``RSI/*`` environment with Gymnasium and stays light: no torch,
+vLLM, Ray or Docker is imported until a part that needs it is used. The engine vocabulary lives in
 :mod:`rsi_env.engine`, the cheap tier in :mod:`rsi_env.sim`.
 """
 
@@ -8,4 +9,21 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "validate"]
+
+
+def _register() -> None:
+    from rsi_env.envs.registration import register_envs
+
+    register_envs()
+
+
+_register()
+
+
+def __getattr__(name: str) -> object:
+    if name == "validate":
+        from rsi_env.envs.state import validate
+
+        return validate
+    raise AttributeError(name)

@@ -10,9 +10,10 @@ import pytest
 
 from rsi_env.cli import main
 
-FIELDS = ("duration_s req_per_s out_tok_per_s total_tok_per_s ttft_p50 ttft_p90 ttft_p99 tpot_p50 tpot_p90 tpot_p99 "
+FIELDS = (  # noqa: SIM905
+    "duration_s req_per_s out_tok_per_s total_tok_per_s ttft_p50 ttft_p90 ttft_p99 tpot_p50 tpot_p90 tpot_p99 "
           "e2e_p50 e2e_p99 goodput_req_per_s num_preemptions prefix_cache_hit_rate kv_cache_usage_peak "
-          "num_gpu_blocks mean_batch_size cost_per_mtok_usd error").split()  # noqa: SIM905
+          "num_gpu_blocks mean_batch_size cost_per_mtok_usd error").split()
 
 
 def test_simulate_json_prints_one_telemetry(capsys, tmp_path):
@@ -69,3 +70,11 @@ def test_list_names_the_catalogs(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "llama-3.1-8b" in out and "ascend-910b" in out and "max_num_batched_tokens" in out
+
+
+def test_import_stays_light():
+    code = ("import sys, rsi_env, rsi_env.engine, rsi_env.sim, rsi_env.cli; "
+            "heavy = [m for m in ('torch', 'vllm', 'ray', 'docker', 'gymnasium', 'scipy') if m in sys.modules]; "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

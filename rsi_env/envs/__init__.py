@@ -1,0 +1,11 @@
+"""The environments: one class driven by a task declared as data, one module per task family."""
+
+from __future__ import annotations
+
+from rsi_env.envs.core import KIND_NAMES, OBS_FIELDS, RsiEnv
+from rsi_env.envs.registration import register_envs
+from rsi_env.envs.state import ValidationResult, validate
+from rsi_env.envs.task import Task, list_tasks, load_task
+
+__all__ = ["KIND_NAMES", "OBS_FIELDS", "RsiEnv", "Task", "ValidationResult", "list_tasks", "load_task",
+           "register_envs", "validate"]

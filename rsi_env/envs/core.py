@@ -1,0 +1,393 @@
+"""`RsiEnv`: the one environment class; a `Task` (data) says what each `RSI/*` id is about.
+
+The env is a front end: it keeps the episode's workspace and configuration, turns the action dict
+of DESIGN.md into flag changes, edits, shell commands, measurements and a submission, and asks a
+tier to measure. Bad actions never end an episode: they come back as text in the observation.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import replace
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+import yaml
+from gymnasium import spaces
+
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import load_hardware
+from rsi_env.engine.model import load_model
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.workload import Arrival, Workload, load_workload
+from rsi_env.envs.measure import get_tier
+from rsi_env.envs.task import Task, load_task
+from rsi_env.errors import InvalidConfigError, RsiEnvError, WorkloadError
+from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
+from rsi_env.reward.guards import Verdict
+from rsi_env.sandbox import EditError, Workspace, run_shell
+
+__all__ = ["RsiEnv", "KIND_NAMES", "OBS_FIELDS"]
+
+KIND_NAMES = ("flag", "edit", "shell", "bench", "submit")
+FLAG, EDIT, SHELL, BENCH, SUBMIT = range(5)
+OBS_FIELDS = ("out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
+              "num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak", "mean_batch_size",
+              "cost_per_mtok_usd")
+_RATIO = {"out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
+          "mean_batch_size", "cost_per_mtok_usd"}
+TEXT_MAX = 2048
+CHARSET = string.printable
+_TEXT_FIELD_MAX = 8192
+_OBS_HIGH = 1e3
+
+
+def _clean(text: str) -> str:
+    """Text fit for the observation space: printable ASCII, at most TEXT_MAX characters."""
+    s = "".join(c if c in CHARSET else "?" for c in text)
+    return s if len(s) <= TEXT_MAX else s[: TEXT_MAX - 15] + "\n...[truncated]"
+
+
+class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
+    """Base class of every `RSI/*` environment; subclasses carry the task id and their spec sheet."""
+
+    metadata = {"render_modes": ["ansi"]}
+    task_id: str = ""
+
+    def __init__(self, task: Task | str | None = None, *, tier: str = "sim", model: str | None = None,
+                 hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
+                 auto_bench: bool | None = None, seed: int | None = None, engine_version: str = "0.26",
+                 num_gpus: int | None = None, allow_fp8: bool | None = None, shell_timeout_s: float = 10.0,
+                 render_mode: str | None = None) -> None:
+        self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
+        if allow_fp8 is not None:
+            self.task = replace(self.task, allow_fp8=bool(allow_fp8))
+        t = self.task
+        self.shell_timeout_s = float(shell_timeout_s)
+        self.kwargs = {"tier": tier, "model": model, "hardware": hardware, "workloads": workloads,
+                       "max_steps": max_steps, "auto_bench": auto_bench, "seed": seed,
+                       "engine_version": engine_version, "num_gpus": num_gpus, "allow_fp8": allow_fp8,
+                       "shell_timeout_s": shell_timeout_s}
+        self.tier_name = tier
+        self.tier = get_tier(tier, engine_version)
+        self.model = load_model(model or t.default_model)
+        self.hardware = load_hardware(hardware or t.default_hardware)
+        self.workload_names = tuple(workloads or t.workloads)
+        self.max_steps = int(max_steps or t.max_steps)
+        self.auto_bench = (tier == "sim") if auto_bench is None else bool(auto_bench)
+        self.default_seed = seed
+        self.num_gpus = int(num_gpus or t.num_gpus)
+        self.render_mode = render_mode
+        self.flag_names: tuple[str, ...] = t.flags
+        self._base_workloads = [self._task_workload(n) for n in self.workload_names]
+        self.rewards = default_rewards(t.cost_per_gpu_second)
+        n = len(self.flag_names)
+        self.action_space = spaces.Dict({
+            "kind": spaces.Discrete(len(KIND_NAMES)),
+            "flag": spaces.Discrete(n),
+            "value": spaces.Box(0.0, 1.0, shape=(), dtype=np.float32),
+            "path": spaces.Text(256, charset=CHARSET),
+            "old": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
+            "new": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
+            "command": spaces.Text(1024, charset=CHARSET),
+        })
+        self.observation_space = spaces.Dict({
+            "telemetry": spaces.Box(0.0, _OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32),
+            "config": spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32),
+            "budget": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
+            "action_mask": spaces.MultiBinary(len(KIND_NAMES)),
+            "flag_mask": spaces.MultiBinary(n),
+            "text": spaces.Text(TEXT_MAX, min_length=0, charset=CHARSET),
+        })
+        self.workspace: Workspace | None = None
+        self._reset_state()
+
+    # ---- setup ------------------------------------------------------------------------------------
+    def _task_workload(self, name: str) -> Workload:
+        w = load_workload(name)
+        if self.task.load:
+            w = replace(w, arrival=Arrival.parse(self.task.load))
+        if self.task.slo:
+            from rsi_env.engine.workload import SLO
+
+            w = replace(w, slo=SLO.parse(self.task.slo))
+        return w
+
+    def _reset_state(self) -> None:
+        self.config = EngineConfig.from_dict(self.task.start)
+        self.baseline_config = self.config
+        self.steps = 0
+        self.measurements = 0
+        self.best_score = 0.0
+        self.last_score: float | None = None
+        self.last_tels: list[Telemetry] = []
+        self.measured_config: EngineConfig | None = None
+        self.text = ""
+        self.actions: list[dict[str, Any]] = []
+        self.reward_log: list[float] = []
+        self.episode_seed: int | None = None
+        self.done = False
+        self.verdict: Verdict | None = None
+
+    def _seeded(self, seed: int) -> list[Workload]:
+        return [replace(w, seed=w.seed + seed) for w in self._base_workloads]
+
+    # ---- Gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        if self.workspace is not None:
+            self.workspace.close()
+        self._reset_state()
+        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
+        self.episode_seed = int(s)
+        self.workloads = self._seeded(self.episode_seed)
+        for r in self.rewards:
+            r.reset()
+        self.workspace = Workspace(self.task.editable_files)
+        for w in self.workloads:
+            self.workspace.write(f"workloads/{w.name}.yaml", yaml.safe_dump(w.to_dict(), sort_keys=False))
+        self._write_serving()
+        self.workspace.write("TASK.md", self._task_text())
+        self.base_tels = self.tier.measure_all(self.baseline_config, self.model, self.hardware, self.workloads)
+        self.last_tels = list(self.base_tels)
+        self.text = _clean(f"{self.task.id}: {self.task.summary}\nbaseline measured: "
+                           + self._tel_text(self.base_tels))
+        return self._obs(), self._info()
+
+    def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+        if self.workspace is None:
+            raise RsiEnvError("call reset() before step()")
+        if self.done:
+            raise RsiEnvError("the episode has ended (submitted); call reset()")
+        self.steps += 1
+        act = self._normalise(action)
+        self.actions.append(act)
+        events: list[object] = []
+        kind = act["kind"]
+        try:
+            if kind == FLAG:
+                events += self._do_flag(act)
+            elif kind == EDIT:
+                events += self._do_edit(act)
+            elif kind == SHELL:
+                res = run_shell(act["command"], self.workspace.root, timeout_s=self.shell_timeout_s)
+                self.text = _clean(res.summary())
+            elif kind == BENCH:
+                events += self._do_bench(explicit=True)
+            elif kind == SUBMIT:
+                events += self._do_submit()
+        except (RsiEnvError, ValueError) as exc:  # a bad action is reported, never fatal
+            self.text = _clean(f"error: {exc}")
+        reward = sum(r.update(e) for e in events for r in self.rewards)
+        self.reward_log.append(float(reward))
+        terminated = self.done
+        truncated = not terminated and self.steps >= self.max_steps
+        return self._obs(), float(reward), terminated, truncated, self._info()
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self.text
+        return None
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            self.workspace.close()
+            self.workspace = None
+
+    # ---- actions ----------------------------------------------------------------------------------
+    def _normalise(self, action: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(action, dict):
+            raise RsiEnvError(f"an action is a dict with keys {list(self.action_space.spaces)}, got {type(action)}")
+        try:
+            kind = int(action.get("kind", BENCH))
+        except (TypeError, ValueError):
+            kind = -1
+        flag = action.get("flag", 0)
+        try:
+            flag = int(flag)
+        except (TypeError, ValueError):
+            flag = -1
+        try:
+            value = float(np.asarray(action.get("value", 0.0)).reshape(()))
+        except (TypeError, ValueError):
+            value = math.nan
+        return {"kind": kind, "flag": flag, "value": value, "path": str(action.get("path", "") or ""),
+                "old": str(action.get("old", "") or ""), "new": str(action.get("new", "") or ""),
+                "command": str(action.get("command", "") or "")}
+
+    def flag_action(self, name: str, value: Any) -> dict[str, Any]:
+        """The action that sets ``name`` to ``value`` (nearest value on the flag's ladder)."""
+        if name not in self.flag_names:
+            raise RsiEnvError(f"flag {name!r} is not tunable in {self.task.id}; tunable: {list(self.flag_names)}")
+        ladder = self.task.ladder(name)
+        norm = tuple(tuple(v) if isinstance(v, list) else v for v in ladder)
+        target = tuple(value) if isinstance(value, list) else value
+        if target not in norm:
+            raise RsiEnvError(f"{name}={value!r} is not on this task's ladder {list(ladder)}")
+        idx = norm.index(target)
+        pos = idx / (len(ladder) - 1) if len(ladder) > 1 else 0.0
+        return {"kind": FLAG, "flag": self.flag_names.index(name), "value": np.float32(pos)}
+
+    def _do_flag(self, act: dict[str, Any]) -> list[object]:
+        if act["kind"] != FLAG or not 0 <= act["flag"] < len(self.flag_names):
+            raise RsiEnvError(f"flag index {act['flag']} out of range 0..{len(self.flag_names) - 1}")
+        if not math.isfinite(act["value"]):
+            raise RsiEnvError("flag value must be a finite number in [0, 1]")
+        name = self.flag_names[act["flag"]]
+        ladder = self.task.ladder(name)
+        v = min(max(act["value"], 0.0), 1.0)
+        value = ladder[int(round(v * (len(ladder) - 1)))]
+        return self._set_config(self.config.replace(**{name: list(value) if isinstance(value, tuple) else value}),
+                                f"set {name} = {value}")
+
+    def _set_config(self, cfg: EngineConfig, what: str) -> list[object]:
+        self._check_gpus(cfg)
+        cfg.resolve(self.model, self.hardware, self.tier.engine_version)  # vLLM's refusals, before any change
+        self.config = cfg
+        self._write_serving()
+        self.text = _clean(what)
+        return self._do_bench(explicit=False) if self.auto_bench else []
+
+    def _check_gpus(self, cfg: EngineConfig) -> None:
+        used = cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
+        if used > self.num_gpus:
+            raise InvalidConfigError("tensor_parallel_size*pipeline_parallel_size*data_parallel_size", used,
+                                     f"at most num_gpus={self.num_gpus}")
+
+    def _do_edit(self, act: dict[str, Any]) -> list[object]:
+        assert self.workspace is not None
+        try:
+            rel = self.workspace.edit(act["path"], act["old"], act["new"])
+        except EditError as exc:
+            self.text = _clean(str(exc))
+            return []
+        if rel != "serving.yaml":
+            self.text = _clean(f"edited {rel}")
+            return []
+        try:
+            raw = yaml.safe_load(self.workspace.read("serving.yaml")) or {}
+            if not isinstance(raw, dict):
+                raise RsiEnvError("serving.yaml must be a mapping of flag: value")
+            foreign = sorted(set(raw) - set(self.flag_names))
+            if foreign:
+                raise RsiEnvError(f"flags {foreign} are not tunable in {self.task.id}; tunable: {list(self.flag_names)}")
+            cfg = EngineConfig.from_dict({**self.baseline_config.to_dict(), **raw})
+            return self._set_config(cfg, f"serving.yaml applied: {raw}")
+        except (yaml.YAMLError, RsiEnvError, ValueError) as exc:
+            self._write_serving()  # the file goes back to the configuration in force
+            self.text = _clean(f"serving.yaml refused ({exc}); restored the configuration in force")
+            return []
+
+    def _do_bench(self, explicit: bool) -> list[object]:
+        if self.measurements >= self.task.max_measurements:
+            self.text = _clean(self.text + f"\nno measurement: the budget of {self.task.max_measurements} is spent")
+            return []
+        self.measurements += 1
+        tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+        self.last_tels = tels
+        self.measured_config = self.config
+        s = score(tels, self.base_tels, self.task)
+        self.last_score = s
+        if math.isfinite(s):
+            self.best_score = max(self.best_score, s)
+        gpu_s = sum(t.duration_s * max(1, self._gpus(self.config)) for t in tels if t.ok)
+        head = "measured" if explicit else "auto-bench"
+        self.text = _clean(f"{self.text}\n{head}: score {s:+.4f} (best {self.best_score:+.4f}); "
+                           + self._tel_text(tels))
+        return [MeasureEvent(s, gpu_s)]
+
+    def _do_submit(self) -> list[object]:
+        assert self.workspace is not None
+        events: list[object] = []
+        if self.measured_config != self.config:
+            events += self._do_bench(explicit=True)
+            if self.measured_config != self.config:  # the budget was spent: measure once more, as verification
+                self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+                self.last_score = score(self.last_tels, self.base_tels, self.task)
+        seen: list[Workload | None] = []
+        for w in self.workloads:
+            try:
+                seen.append(Workload.from_yaml(self.workspace.root / "workloads" / f"{w.name}.yaml"))
+            except (WorkloadError, OSError):
+                seen.append(None)
+        s = self.last_score if self.last_score is not None else -math.inf
+        self.verdict = check_submission(self.task, self.config, self.baseline_config, self.last_tels,
+                                        self.workloads, seen, s)
+        self.done = True
+        self.text = _clean(self.verdict.summary())
+        return events + [SubmitEvent(self.verdict)]
+
+    # ---- observation --------------------------------------------------------------------------------
+    def _gpus(self, cfg: EngineConfig) -> int:
+        return cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
+
+    def _obs(self) -> dict[str, Any]:
+        tel = np.zeros(len(OBS_FIELDS), dtype=np.float32)
+        if self.last_tels and all(t.ok for t in self.last_tels):
+            for k, f in enumerate(OBS_FIELDS):
+                vals = []
+                for t, b in zip(self.last_tels, self.base_tels, strict=True):
+                    v, bv = float(getattr(t, f)), float(getattr(b, f))
+                    if f in _RATIO:
+                        vals.append(math.log(max(v, 1e-9) / max(bv, 1e-9)) if bv > 0 and v > 0 else 0.0)
+                    elif f == "num_preemptions":
+                        vals.append(math.log1p(v))
+                    else:
+                        vals.append(v)
+                x = float(np.mean(vals))
+                tel[k] = math.exp(x) if f in _RATIO else x
+        cfg = np.zeros(len(self.flag_names), dtype=np.float32)
+        for k, f in enumerate(self.flag_names):
+            ladder = [tuple(v) if isinstance(v, list) else v for v in self.task.ladder(f)]
+            cur = getattr(self.config, f)
+            cfg[k] = ladder.index(cur) / max(len(ladder) - 1, 1) if cur in ladder else 0.0
+        budget = np.array([1.0 - self.steps / self.max_steps,
+                           1.0 - self.measurements / self.task.max_measurements], dtype=np.float32)
+        mask = np.ones(len(KIND_NAMES), dtype=np.int8)
+        mask[BENCH] = int(self.measurements < self.task.max_measurements)
+        return {"telemetry": np.clip(tel, 0.0, _OBS_HIGH), "config": np.clip(cfg, 0.0, 1.0),
+                "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask,
+                "flag_mask": np.ones(len(self.flag_names), dtype=np.int8), "text": _clean(self.text)}
+
+    def _info(self) -> dict[str, Any]:
+        return {"task": self.task.id, "config": self.config.to_dict(only_set=True), "score": self.last_score,
+                "best_score": self.best_score, "measurements": self.measurements, "steps": self.steps,
+                "telemetry": [t.to_dict() for t in self.last_tels],
+                "verdict": None if self.verdict is None else {
+                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}}}
+
+    def _tel_text(self, tels: list[Telemetry]) -> str:
+        parts = []
+        for w, t in zip(self.workloads, tels, strict=True):
+            if t.ok:
+                parts.append(f"{w.name}: {t.out_tok_per_s:.0f} tok/s, goodput {t.goodput_req_per_s:.2f} req/s, "
+                             f"TTFT p50 {t.ttft_p50 * 1e3:.0f} ms, TPOT p99 {t.tpot_p99 * 1e3:.1f} ms")
+            else:
+                parts.append(f"{w.name}: ERROR {t.error}")
+        return "; ".join(parts)
+
+    def _write_serving(self) -> None:
+        assert self.workspace is not None
+        r = self.config.to_dict()
+        lines = [f"# Engine flags of {self.task.id} (vLLM names). null = vLLM's default. Tunable here only."]
+        for f in self.flag_names:
+            lines.append(yaml.safe_dump({f: r[f]}, default_flow_style=True).strip().strip("{}"))
+        self.workspace.write("serving.yaml", "\n".join(lines) + "\n")
+
+    def _task_text(self) -> str:
+        t = self.task
+        return (f"# {t.id}\n\n{t.summary}\n\nModel {self.model.name} on {self.num_gpus} x {self.hardware.name}, "
+                f"tier {self.tier_name}. Objective: {'maximise' if t.maximize else 'minimise'} {t.metric} over "
+                f"{list(self.workload_names)}, SLO {t.slo}, attainment >= {t.slo_attainment}. Submit beats vLLM's "
+                f"defaults by {t.improvement_threshold:.0%} to pass. Editable: {list(t.editable_files)}.\n")
+
+    # ---- replay -----------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The episode so far as data: task, kwargs, seed, actions, rewards (see `rsi_env.envs.state`)."""
+        return {"task": self.task.id, "kwargs": dict(self.kwargs), "seed": self.episode_seed,
+                "actions": [dict(a) for a in self.actions], "rewards": list(self.reward_log),
+                "final_config": self.config.to_dict(only_set=True),
+                "passed": None if self.verdict is None else self.verdict.passed}

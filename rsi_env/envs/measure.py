@@ -1,0 +1,73 @@
+"""Measuring a configuration on a tier, with a cache for measurements that repeat exactly.
+
+A measurement is a pure function of (tier, vLLM version, calibration, model, hardware, resolved
+config, workload content): the cache key is exactly that, so a repeated measurement is free and
+any change — a different calibration included — measures again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import cache
+
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import HardwareSpec
+from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.workload import Workload
+from rsi_env.errors import InvalidConfigError, RsiEnvError
+from rsi_env.sim import simulate
+from rsi_env.sim.calibration import Calibration, load_calibration
+
+__all__ = ["CachedSimTier", "get_tier"]
+
+
+class CachedSimTier:
+    """The sim tier behind an LRU cache of its measurements."""
+
+    name = "sim"
+
+    def __init__(self, engine_version: str, calibration: Calibration | None = None, capacity: int = 20000) -> None:
+        self.engine_version = engine_version
+        self._cal = calibration
+        self._cache: OrderedDict[str, Telemetry] = OrderedDict()
+        self.capacity = capacity
+        self.hits = self.misses = 0
+
+    def calibration(self, hw: HardwareSpec) -> Calibration:
+        return self._cal or load_calibration(hw.name, self.engine_version)
+
+    def measure(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, w: Workload) -> Telemetry:
+        cal = self.calibration(hw)
+        try:
+            resolved = cfg.resolve(model, hw, self.engine_version).to_dict()
+        except InvalidConfigError:
+            resolved = cfg.to_dict()
+        key = json.dumps([self.engine_version, cal.id, model.name, model.total_params, hw.name, resolved,
+                          w.content_hash], sort_keys=True, default=str)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self.hits += 1
+            self._cache.move_to_end(key)
+            return hit
+        self.misses += 1
+        tel = simulate(cfg, model, hw, w, engine_version=self.engine_version, calibration=cal)
+        self._cache[key] = tel
+        if len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return tel
+
+    def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
+                    workloads: Sequence[Workload]) -> list[Telemetry]:
+        return [self.measure(cfg, model, hw, w) for w in workloads]
+
+
+@cache
+def get_tier(tier: str, engine_version: str) -> CachedSimTier:
+    """The process's shared tier (and its cache) for ``tier`` and vLLM release."""
+    if tier == "sim":
+        return CachedSimTier(engine_version)
+    raise RsiEnvError(f"tier {tier!r} is not available in this release of rsi-env: use tier='sim' "
+                      "(the real tier's environment binding lands with the real-tier issue)")

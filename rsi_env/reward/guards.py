@@ -1,0 +1,82 @@
+"""Guards: what must hold for a submission to count, each with the reason when it does not.
+
+- ``workloads``: the workload files in the workspace still hash to the frozen ones (the env always
+  measures its own copy; tampering is flagged, never rewarded);
+- ``precision``: precision flags keep the baseline's values unless the task allows fp8;
+- ``quality``: the declared accuracy cost of the precision chosen stays within the task's budget;
+- ``measured``: every workload was measured without error;
+- ``slo``: every workload meets the task's SLO attainment;
+- ``improvement``: the objective beats vLLM's defaults by the task's threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.workload import Workload
+from rsi_env.envs.task import Task
+from rsi_env.reward.objective import slo_attainment
+
+__all__ = ["GuardResult", "Verdict", "check_submission", "quality_cost"]
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    name: str
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The binary part of the reward: passed only if every guard holds."""
+
+    passed: bool
+    score: float
+    guards: tuple[GuardResult, ...]
+
+    def summary(self) -> str:
+        lines = [f"submission {'PASSED' if self.passed else 'FAILED'} (score {self.score:+.4f})"]
+        lines += [f"  [{'ok' if g.ok else 'FAIL'}] {g.name}{': ' + g.reason if g.reason else ''}" for g in self.guards]
+        return "\n".join(lines)
+
+
+def quality_cost(task: Task, cfg: EngineConfig) -> float:
+    """The declared quality loss of the precision flags ``cfg`` sets."""
+    total = 0.0
+    for flag, costs in task.quality_cost.items():
+        value = getattr(cfg, flag)
+        if value is not None:
+            key = "fp8" if str(value).startswith("fp8") else str(value)
+            total += float(costs.get(key, 0.0))
+    return total
+
+
+def check_submission(task: Task, cfg: EngineConfig, baseline_cfg: EngineConfig, tels: Sequence[Telemetry],
+                     workloads: Sequence[Workload], workspace_workloads: Sequence[Workload | None],
+                     score: float) -> Verdict:
+    g: list[GuardResult] = []
+    tampered = [w.name for w, seen in zip(workloads, workspace_workloads, strict=True)
+                if seen is None or seen.content_hash != w.content_hash]
+    g.append(GuardResult("workloads", not tampered, f"changed or removed: {tampered}" if tampered else ""))
+    changed = [f for f in task.precision_flags if getattr(cfg, f) != getattr(baseline_cfg, f)]
+    prec_ok = task.allow_fp8 or not changed
+    g.append(GuardResult("precision", prec_ok, "" if prec_ok else f"precision is fixed in this task: {changed}"))
+    qc = quality_cost(task, cfg)
+    q_ok = qc <= task.quality_budget + 1e-12
+    g.append(GuardResult("quality", q_ok, f"declared quality cost {qc:.4f} vs budget {task.quality_budget:.4f}"))
+    errors = [f"{w.name}: {t.error}" for w, t in zip(workloads, tels, strict=True) if not t.ok]
+    g.append(GuardResult("measured", not errors, "; ".join(errors)))
+    short = [f"{w.name}: {slo_attainment(t):.3f}" for w, t in zip(workloads, tels, strict=True)
+             if t.ok and slo_attainment(t) < task.slo_attainment]
+    g.append(GuardResult("slo", not short and not errors,
+                         f"attainment below {task.slo_attainment}: {short}" if short else ""))
+    need = math.log1p(task.improvement_threshold)
+    imp_ok = math.isfinite(score) and score >= need
+    g.append(GuardResult("improvement", imp_ok,
+                         f"score {score:+.4f} vs required {need:+.4f} (+{task.improvement_threshold:.0%})"))
+    return Verdict(all(x.ok for x in g), score, tuple(g))

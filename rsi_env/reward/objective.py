@@ -1,0 +1,49 @@
+"""A task's objective: per-workload improvement over vLLM's defaults, as a log ratio.
+
+``score = mean over workloads of log(value / baseline)`` (inverted for metrics to minimise), so 0
+is "as good as vLLM's defaults" and ``log(1.1)`` is 10 % better. A workload whose SLO attainment
+(requests meeting every SLO bound / all requests) falls short of the task's requirement has its
+value scaled by ``(attainment / required)**4``; a measurement that failed scores ``-inf``, never as
+a zero-latency success.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.envs.task import Task
+
+__all__ = ["metric_value", "slo_attainment", "workload_score", "score"]
+
+
+def slo_attainment(t: Telemetry) -> float:
+    """Fraction of requests that met every SLO bound of the measurement."""
+    return t.goodput_req_per_s / t.req_per_s if t.req_per_s > 0 else 0.0
+
+
+def metric_value(t: Telemetry, metric: str) -> float:
+    """A telemetry field, or ``good_cost_per_mtok_usd``: cost per million tokens of SLO-meeting requests."""
+    if metric == "good_cost_per_mtok_usd":
+        att = slo_attainment(t)
+        return t.cost_per_mtok_usd / att if att > 0 else math.inf
+    return float(getattr(t, metric))
+
+
+def workload_score(t: Telemetry, base: Telemetry, task: Task) -> float:
+    if not t.ok or not base.ok:
+        return -math.inf
+    v, b = metric_value(t, task.metric), metric_value(base, task.metric)
+    if not (math.isfinite(v) and math.isfinite(b)) or v <= 0 or b <= 0:
+        return -math.inf
+    ratio = v / b if task.maximize else b / v
+    att = slo_attainment(t)
+    if att < task.slo_attainment:
+        ratio *= (att / task.slo_attainment) ** 4
+    return math.log(ratio) if ratio > 0 else -math.inf
+
+
+def score(tels: Sequence[Telemetry], bases: Sequence[Telemetry], task: Task) -> float:
+    parts = [workload_score(t, b, task) for t, b in zip(tels, bases, strict=True)]
+    return sum(parts) / len(parts) if parts else -math.inf
