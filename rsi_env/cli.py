@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import time
 from typing import Any
 
 import yaml
@@ -18,10 +16,6 @@ import yaml
 from rsi_env.errors import RsiEnvError
 
 __all__ = ["main"]
-
-_TABLE_FIELDS = ("out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99",
-                 "e2e_p99", "num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak")
-
 
 def _parse_sets(items: list[str]) -> dict[str, Any]:
     flags: dict[str, Any] = {}
@@ -53,57 +47,22 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if tel.ok else 3
 
 
-def _demo_workloads() -> list[Any]:
-    """The frozen workloads, driven closed-loop at 256 concurrent users (the load of ``vllm bench serve``)."""
-    from dataclasses import replace
-
-    from rsi_env.engine.workload import Arrival, list_workloads, load_workload
-
-    return [replace(load_workload(n), arrival=Arrival("closed", concurrency=256)) for n in list_workloads()]
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from rsi_env.engine.config import EngineConfig
-    from rsi_env.search import coordinate_descent
-    from rsi_env.sim import simulate
+    from rsi_env.demo import run_demo
 
-    t0 = time.perf_counter()
-    workloads = _demo_workloads()
-
-    def measure(cfg: EngineConfig) -> list[Any]:
-        return [simulate(cfg, args.model, args.hardware, w) for w in workloads]
-
-    def objective(cfg: EngineConfig) -> float:
-        tels = measure(cfg)
-        if any(not t.ok or t.goodput_req_per_s <= 0 for t in tels):
-            return -math.inf
-        return math.exp(sum(math.log(t.goodput_req_per_s) for t in tels) / len(tels))
-
-    flags = ["max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "block_size",
-             "long_prefill_token_threshold", "gpu_memory_utilization"]
-    res = coordinate_descent(objective, flags, budget=args.budget)
-    base, best = measure(EngineConfig()), measure(res.best_config)
-    print(f"rsi-env demo: {args.model} on {args.hardware}, vLLM 0.26 (sim tier), frozen workloads at 256 "
-          f"concurrent users; objective = geometric mean of goodput under each workload's SLO")
-    print(f"search: coordinate descent, {res.evaluations} configurations, {time.perf_counter() - t0:.1f}s")
-    print(f"found: {res.best_config.to_dict(only_set=True) or 'vLLM defaults'}")
-    print()
-    head = f"{'workload':20s} {'metric':22s} {'default':>10s} {'found':>10s} {'change':>8s}"
-    print(head)
-    print("-" * len(head))
-    for w, a, b in zip(workloads, base, best, strict=True):
-        for f in _TABLE_FIELDS:
-            va, vb = getattr(a, f), getattr(b, f)
-            ch = f"{(vb / va - 1) * 100:+.1f}%" if isinstance(va, (int, float)) and va else ""
-            print(f"{w.name:20s} {f:22s} {_fmt(va):>10s} {_fmt(vb):>10s} {ch:>8s}")
-    gain = (res.best_score / res.default_score - 1) * 100 if res.default_score > 0 else float("nan")
-    print(f"\nobjective: default {res.default_score:.3f} -> found {res.best_score:.3f} req/s ({gain:+.1f}%)")
+    kw = {k: v for k, v in (("model", args.model), ("hardware", args.hardware)) if v}
+    run_demo(args.env, budget=args.budget, plot=None if args.no_plot else args.plot, **kw)
     return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from rsi_env.engine import list_hardware, list_models, list_workloads
     from rsi_env.engine.config import FLAGS
+    from rsi_env.envs.task import list_tasks
+
+    print("environments:")
+    for t in list_tasks():
+        print(f"  {t.id:22s} {t.summary}")
 
     print("models:    " + ", ".join(list_models()))
     print("hardware:  " + ", ".join(list_hardware()))
@@ -138,10 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one Telemetry as JSON")
     s.set_defaults(func=_cmd_simulate)
 
-    d = sub.add_parser("demo", help="search a better engine config than vLLM's defaults, on the sim tier")
-    d.add_argument("--model", default="llama-3.1-8b")
-    d.add_argument("--hardware", default="h200")
-    d.add_argument("--budget", type=int, default=40, help="configurations to evaluate")
+    d = sub.add_parser("demo", help="a short search on an environment (sim tier): table and plot")
+    d.add_argument("--env", default="RSI/KVCache-v0")
+    d.add_argument("--model", default=None, help="default: the task's")
+    d.add_argument("--hardware", default=None, help="default: the task's")
+    d.add_argument("--budget", type=int, default=40, help="steps (one measurement each)")
+    d.add_argument("--plot", default="rsi-env-demo.png", help="PNG of the objective over steps")
+    d.add_argument("--no-plot", action="store_true")
     d.set_defaults(func=_cmd_demo)
 
     ls = sub.add_parser("list", help="models, hardware, workloads and engine flags known to rsi-env")

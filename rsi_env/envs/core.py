@@ -59,16 +59,20 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def __init__(self, task: Task | str | None = None, *, tier: str = "sim", model: str | None = None,
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
                  auto_bench: bool | None = None, seed: int | None = None, engine_version: str = "0.26",
-                 num_gpus: int | None = None, allow_fp8: bool | None = None, shell_timeout_s: float = 10.0,
+                 num_gpus: int | None = None, allow_fp8: bool | None = None, max_measurements: int | None = None,
+                 shell_timeout_s: float = 10.0,
                  render_mode: str | None = None) -> None:
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
         if allow_fp8 is not None:
             self.task = replace(self.task, allow_fp8=bool(allow_fp8))
+        if max_measurements is not None:
+            self.task = replace(self.task, max_measurements=int(max_measurements))
         t = self.task
         self.shell_timeout_s = float(shell_timeout_s)
         self.kwargs = {"tier": tier, "model": model, "hardware": hardware, "workloads": workloads,
                        "max_steps": max_steps, "auto_bench": auto_bench, "seed": seed,
                        "engine_version": engine_version, "num_gpus": num_gpus, "allow_fp8": allow_fp8,
+                       "max_measurements": max_measurements,
                        "shell_timeout_s": shell_timeout_s}
         self.tier_name = tier
         self.tier = get_tier(tier, engine_version)
