@@ -38,7 +38,8 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
     improved = True
     while improved and env.steps < budget:
         improved = False
-        for name in env.flag_names:
+        mask = env._obs()["flag_mask"]
+        for name in [n for n, m in zip(env.flag_names, mask, strict=True) if m]:
             for value in env.task.ladder(name):
                 if env.steps >= budget:
                     break

@@ -55,26 +55,27 @@ def test_bad_input_is_a_clear_error(capsys, argv, msg):
     assert rc == 2 and msg in capsys.readouterr().err
 
 
-def test_demo_finds_a_better_config_than_the_defaults():
-    # Run as users do: the installed console script's module, in a fresh process.
-    p = subprocess.run([sys.executable, "-m", "rsi_env.cli", "demo", "--budget", "25"], capture_output=True,
-                       text=True, timeout=300)
+def test_demo_finds_a_better_config_and_writes_a_plot(tmp_path):
+    # Run as users do, in a fresh process.
+    png = tmp_path / "demo.png"
+    p = subprocess.run([sys.executable, "-m", "rsi_env.cli", "demo", "--budget", "30", "--plot", str(png)],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    last = p.stdout.strip().splitlines()[-1]
-    assert last.startswith("objective: default")
-    default, found = (float(x) for x in last.replace("->", " ").split()[2:5:2])
-    assert found > default
+    line = next(x for x in p.stdout.splitlines() if x.startswith("objective vs vLLM defaults:"))
+    assert float(line.split()[4].rstrip("%")) > 5.0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_list_names_the_catalogs(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "llama-3.1-8b" in out and "ascend-910b" in out and "max_num_batched_tokens" in out
+    assert "RSI/KVCache-v0" in out and "RSI/Parallelism-v0" in out
 
 
 def test_import_stays_light():
     code = ("import sys, rsi_env, rsi_env.engine, rsi_env.sim, rsi_env.cli; "
-            "heavy = [m for m in ('torch', 'vllm', 'ray', 'docker', 'gymnasium', 'scipy') if m in sys.modules]; "
+            "heavy = [m for m in ('torch', 'vllm', 'ray', 'docker', 'scipy', 'matplotlib') if m in sys.modules]; "
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -247,7 +247,14 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self._set_config(self.config.replace(**{name: list(value) if isinstance(value, tuple) else value}),
                                 f"set {name} = {value}")
 
+    def _fixed_flags(self) -> set[str]:
+        """Precision flags the agent may not change (the task does not allow fp8)."""
+        return set() if self.task.allow_fp8 else set(self.task.precision_flags)
+
     def _set_config(self, cfg: EngineConfig, what: str) -> list[object]:
+        changed = [f for f in self._fixed_flags() if getattr(cfg, f) != getattr(self.baseline_config, f)]
+        if changed:
+            raise RsiEnvError(f"{changed} fixed: this task keeps the model's precision (allow_fp8=False)")
         self._check_gpus(cfg)
         cfg.resolve(self.model, self.hardware, self.tier.engine_version)  # vLLM's refusals, before any change
         self.config = cfg
@@ -354,7 +361,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         mask[BENCH] = int(self.measurements < self.task.max_measurements)
         return {"telemetry": np.clip(tel, 0.0, _OBS_HIGH), "config": np.clip(cfg, 0.0, 1.0),
                 "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask,
-                "flag_mask": np.ones(len(self.flag_names), dtype=np.int8), "text": _clean(self.text)}
+                "flag_mask": np.array([f not in self._fixed_flags() for f in self.flag_names], dtype=np.int8),
+                "text": _clean(self.text)}
 
     def _info(self) -> dict[str, Any]:
         return {"task": self.task.id, "config": self.config.to_dict(only_set=True), "score": self.last_score,
