@@ -30,7 +30,10 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
     import rsi_env  # noqa: F401  (registers the envs)
 
     t0 = time.perf_counter()
+    from rsi_env.envs.core import RsiEnv
+
     env = gym.make(env_id, max_steps=budget + 2, max_measurements=budget + 1, **env_kwargs).unwrapped
+    assert isinstance(env, RsiEnv)
     env.reset(seed=0)
     history: list[float] = []
     best_cfg = env.config

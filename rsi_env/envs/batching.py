@@ -1,4 +1,7 @@
-"""RSI/Batching-v0: Tune batching (sequences, token budget, long-prefill cap, CUDA graphs) for throughput under a p99 TPOT SLO."""
+"""RSI/Batching-v0.
+
+Tune batching (sequences, token budget, long-prefill cap, CUDA graphs) for throughput under a p99 TPOT SLO.
+"""
 
 from __future__ import annotations
 

@@ -191,7 +191,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         truncated = not terminated and self.steps >= self.max_steps
         return self._obs(), float(reward), terminated, truncated, self._info()
 
-    def render(self) -> str | None:
+    def render(self) -> str | None:  # type: ignore[override]  # ansi mode renders text
         if self.render_mode == "ansi":
             return self.text
         return None

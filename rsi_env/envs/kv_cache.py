@@ -1,4 +1,7 @@
-"""RSI/KVCache-v0: Tune the paged KV cache (memory share, block size, prefix caching, context length) for goodput under SLOs."""
+"""RSI/KVCache-v0.
+
+Tune the paged KV cache (memory share, block size, prefix caching, context length) for goodput under SLOs.
+"""
 
 from __future__ import annotations
 

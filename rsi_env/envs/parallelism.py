@@ -1,4 +1,7 @@
-"""RSI/Parallelism-v0: Split a 70B model over N GPUs (tensor, pipeline, data parallel) for the lowest cost per million tokens under an SLO."""
+"""RSI/Parallelism-v0.
+
+Split a 70B model over N GPUs (tensor, pipeline, data parallel) for the lowest cost per million tokens under an SLO.
+"""
 
 from __future__ import annotations
 

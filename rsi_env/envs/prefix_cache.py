@@ -1,4 +1,7 @@
-"""RSI/PrefixCache-v0: Serve shared system prompts and multi-turn chat from the prefix cache; time to first token under load."""
+"""RSI/PrefixCache-v0.
+
+Serve shared system prompts and multi-turn chat from the prefix cache; time to first token under load.
+"""
 
 from __future__ import annotations
 

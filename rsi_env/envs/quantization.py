@@ -43,8 +43,8 @@ class QuantizationEnv(RsiEnv):
 
     Continuous: the objective's log-ratio gain over the best so far, vLLM's defaults scoring 0 (only new
     bests pay), minus each measurement's simulated GPU-seconds x 0.0002. Binary, on submit: +1 if the
-    workloads are untouched, the precision is within the declared quality budget (1%), every workload measured without error and met
-    its SLO attainment, and the objective beats the defaults by 5%.
+    workloads are untouched, the precision is within the declared quality budget (1%), every workload
+    measured without error and met its SLO attainment, and the objective beats the defaults by 5%.
 
     ## Starting State
 

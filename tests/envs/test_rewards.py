@@ -64,9 +64,12 @@ def test_fp8_passes_only_where_the_task_allows_it():
     _, r_ok, _, _, info_ok = ok.step({"kind": 4})
     assert info_ok["verdict"]["guards"]["precision"] and info_ok["verdict"]["guards"]["quality"]
     fixed = make("RSI/Quantization-v0", allow_fp8=False)
-    fixed.step(fixed.flag_action("quantization", "fp8"))
+    obs, *_ = fixed.step(fixed.flag_action("quantization", "fp8"))
+    assert fixed.config.quantization is None and "fixed" in obs["text"]
+    assert obs["flag_mask"][fixed.flag_names.index("quantization")] == 0
+    fixed.config = fixed.config.replace(quantization="fp8")  # past the env's refusal: the guard still holds
     _, r_fixed, _, _, info = fixed.step({"kind": 4})
-    assert not info["verdict"]["guards"]["precision"] and not info["verdict"]["passed"]
+    assert not info["verdict"]["guards"]["precision"] and not info["verdict"]["passed"] and r_fixed < 1
 
 
 def test_quality_budget_is_enforced():
