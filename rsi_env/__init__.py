@@ -13,6 +13,10 @@ __all__ = ["__version__", "validate"]
 
 
 def _register() -> None:
+    try:
+        import gymnasium  # noqa: F401  (a dependency; absent only where the package runs from a bare PYTHONPATH)
+    except ImportError:  # e.g. the real-tier driver on a GPU machine: the envs are not needed there
+        return
     from rsi_env.envs.registration import register_envs
 
     register_envs()

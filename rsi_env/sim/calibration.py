@@ -42,6 +42,7 @@ class Calibration:
     eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph
     cpu_step_s: float = 1.5e-3    # engine-core CPU per step (schedule + update)
     cpu_per_req_s: float = 1.2e-5  # engine-core CPU per running request per step
+    cpu_per_new_req_s: float = 2.0e-4  # engine-core CPU per request admitted in the step (inputs, hashing)
     frontend_s: float = 1.5e-3    # request in and tokens out through the front-end process (IPC, streaming)
     # Memory profile (vLLM's determine_available_memory).
     non_torch_bytes: float = 1.5e9     # CUDA context, cuBLAS/NCCL workspaces

@@ -106,8 +106,8 @@ class StepCost:
             t += cal.piecewise_layer_s * self._layers
         return t
 
-    def cpu_time(self, num_running: int) -> float:
-        return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running
+    def cpu_time(self, num_running: int, num_new: int = 0) -> float:
+        return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running + self.cal.cpu_per_new_req_s * num_new
 
     def combine(self, device: float, cpu: float) -> float:
         """Step wall time: CPU work overlaps the device with async scheduling, adds to it without."""
@@ -115,14 +115,14 @@ class StepCost:
 
     # ---- a whole step --------------------------------------------------------------------------
     def step_time(self, num_tokens: int, num_reqs: int, num_running: int, decode_ctx_tokens: float,
-                  prefill_pairs: float, prefill_ctx_tokens: float, uniform_decode: bool) -> float:
+                  prefill_pairs: float, prefill_ctx_tokens: float, uniform_decode: bool, num_new: int = 0) -> float:
         """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests."""
         tp_ = self.padded(num_tokens)
         device = (self._linear(tp_, num_reqs) + self._comm(tp_)
                   + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
                   + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate
                   + self._overhead(num_tokens, num_reqs, uniform_decode))
-        return self.combine(device, self.cpu_time(num_running))
+        return self.combine(device, self.cpu_time(num_running, num_new))
 
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
         """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.

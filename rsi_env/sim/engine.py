@@ -349,6 +349,7 @@ class EngineSim:
                     dirty = True
 
             # 4. admit waiting requests (never in a step that preempted)
+            admitted = 0
             if not preempted_now:
                 while budget > 0 and len(running) < max_seqs:
                     if fcfs:
@@ -403,6 +404,7 @@ class EngineSim:
                     sched_ids.append(i)
                     sched_n.append(nn)
                     budget -= nn
+                    admitted += 1
 
             if not sched_ids:
                 # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
@@ -413,7 +415,7 @@ class EngineSim:
 
             # 5. price the step and advance it
             ntok = int(budget_max - budget)
-            dt = cost.step_time(ntok, len(sched_ids), len(running), decode_ctx, pairs, pctx, uniform)
+            dt = cost.step_time(ntok, len(sched_ids), len(running), decode_ctx, pairs, pctx, uniform, admitted)
             now += dt
             steps += 1
             tokens_total += ntok

@@ -34,11 +34,12 @@ from rsi_env.sim.memory import plan_memory
 __all__ = ["Sample", "load_samples", "evaluate", "fit", "run_calibration"]
 
 TIMING = ("mm_eff", "bw_eff", "attn_eff", "kv_bw_eff", "step_s", "per_req_s", "piecewise_layer_s",
-          "eager_layer_s", "cpu_step_s", "cpu_per_req_s", "frontend_s")
+          "eager_layer_s", "cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s")
 _BOUNDS = {
     "mm_eff": (0.2, 1.0), "bw_eff": (0.3, 1.0), "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0),
     "step_s": (1e-5, 5e-3), "per_req_s": (1e-8, 1e-4), "piecewise_layer_s": (1e-7, 2e-4),
-    "eager_layer_s": (1e-6, 5e-4), "cpu_step_s": (1e-5, 2e-2), "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 2e-2),
+    "eager_layer_s": (1e-6, 5e-4), "cpu_step_s": (1e-5, 2e-2), "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 5e-2),
+    "cpu_per_new_req_s": (1e-7, 5e-3),
 }
 
 
