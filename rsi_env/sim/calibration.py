@@ -29,7 +29,9 @@ class Calibration:
     hardware: str = "*"
     engine_version: str = "*"
     # GPU roofline efficiencies.
-    mm_eff: float = 0.70          # dense GEMM FLOP/s reached, fraction of peak
+    mm_eff: float = 0.70          # dense GEMM FLOP/s reached on large batches, fraction of peak
+    mm_half_tokens: float = 64.0  # tokens at which a GEMM reaches half of mm_eff (small batches underuse the MMA units)
+    roofline_sharpness: float = 3.0  # soft maximum of compute and memory time (higher: less overlap penalty)
     bw_eff: float = 0.80          # weight streaming, fraction of peak bandwidth
     attn_eff: float = 0.45        # prefill attention FLOP/s, fraction of peak
     kv_bw_eff: float = 0.60       # paged KV-cache reads, fraction of peak bandwidth

@@ -22,12 +22,10 @@ from rsi_env.sim.calibration import Calibration
 
 __all__ = ["StepCost"]
 
-_SHARPNESS = 3.0  # soft maximum of compute and memory time: real kernels overlap the two imperfectly
-
-
-def _roof(flops: float, flop_rate: float, nbytes: float, byte_rate: float) -> float:
+def _roof(flops: float, flop_rate: float, nbytes: float, byte_rate: float, sharpness: float) -> float:
+    """Soft maximum of compute and memory time: real kernels overlap the two imperfectly."""
     c, m = flops / flop_rate, nbytes / byte_rate
-    return float((c**_SHARPNESS + m**_SHARPNESS) ** (1.0 / _SHARPNESS))
+    return float((c**sharpness + m**sharpness) ** (1.0 / sharpness))
 
 
 @dataclass
@@ -62,6 +60,7 @@ class StepCost:
         self._attn_flops_per_pair = 4.0 * m.num_heads * m.head_dim * layers_attn / tp
         self._kv_bytes_per_token = 2.0 * m.num_layers * max(1, m.num_kv_heads // tp) * m.head_dim * cfg.kv_dtype_bytes(m)
         self._window = m.sliding_window if (m.sliding_window and m.num_sliding_layers == m.num_layers) else None
+        self.has_window = self._window is not None
         self._layers = m.num_layers
         self._hidden_bytes = m.hidden_size * m.dtype_bytes
         self._comm_rate = hw.interconnect_bw * cal.comm_eff
@@ -84,8 +83,12 @@ class StepCost:
             e, k = m.num_experts, m.num_experts_per_tok
             active = e * (1.0 - (1.0 - k / e) ** tokens_padded)
             w_bytes += m.num_moe_layers * active * self._expert_bytes
-        t = _roof(self._flops_per_token * tokens_padded, self._mm_rate, w_bytes, self._bw_rate)
-        return t + _roof(self._lm_flops_per_row * rows, self._mm_rate, self._lm_bytes, self._bw_rate)
+        k = self.cal.roofline_sharpness
+        # GEMMs with few rows leave the tensor cores partly idle: efficiency saturates with the token count.
+        rate = self._mm_rate * tokens_padded / (tokens_padded + self.cal.mm_half_tokens)
+        lm_rate = self._mm_rate * rows / (rows + self.cal.mm_half_tokens)
+        t = _roof(self._flops_per_token * tokens_padded, rate, w_bytes, self._bw_rate, k)
+        return t + _roof(self._lm_flops_per_row * rows, lm_rate, self._lm_bytes, self._bw_rate, k)
 
     def _comm(self, tokens_padded: int) -> float:
         t = 0.0

@@ -29,6 +29,8 @@ from rsi_env.sim.kv_cache import BlockPool
 
 __all__ = ["EngineSim", "SimResult"]
 
+_EMPTY = np.zeros(0, np.int64)
+
 
 @dataclass
 class SimResult:
@@ -267,8 +269,10 @@ class EngineSim:
                             continue
 
             # 3. schedule the running requests
-            sched_ids: list[int] = []
+            sched_ids: list[int] = []  # scheduled one by one (slow path, admissions)
             sched_n: list[int] = []
+            sched_arr = _EMPTY  # scheduled in one vectorised block (the running requests)
+            sched_n_arr = _EMPTY
             budget = budget_max
             preempted_now = False
             decode_ctx = 0.0
@@ -277,35 +281,41 @@ class EngineSim:
             uniform = True
             if nrun:
                 c = comp[run_arr]
-                need = known[run_arr] - c
-                if thr:
-                    need = np.minimum(need, thr)
+                full_need = known[run_arr] - c  # 1 for a decode, more for a prompt (chunk) still to compute
+                need = np.minimum(full_need, thr) if thr else full_need
                 csum = np.cumsum(need)
-                sched = np.clip(budget - (csum - need), 0, need)
+                everyone = int(csum[-1]) <= budget  # the common case: every running request fits the budget
+                sched = need if everyone else np.clip(budget - (csum - need), 0, need)
+                h = held[run_arr]
                 after = (c + sched + bs - 1) // bs
-                newb = np.where(sched > 0, np.maximum(after - held[run_arr], 0), 0)
+                newb = after - h if everyone else np.where(sched > 0, np.maximum(after - h, 0), 0)
                 total_new = int(newb.sum())
                 if total_new <= pool.num_free:
                     pool.take(total_new)
-                    mask = sched > 0
-                    held[run_arr] = np.where(mask, np.maximum(after, held[run_arr]), held[run_arr])
-                    ids = run_arr[mask]
-                    ns = sched[mask]
-                    cs = c[mask]
-                    budget -= int(ns.sum())
-                    dec = ns == 1
-                    full_known = (known[ids] - cs) == 1
-                    is_dec = dec & full_known
-                    decode_ctx = float(np.minimum(cs[is_dec] + 1, cost.window(1 << 60)).sum())
-                    if not is_dec.all():
+                    if everyone:
+                        held[run_arr] = after
+                        ids, ns, cs, fn = run_arr, sched, c, full_need
+                    else:
+                        mask = sched > 0
+                        held[run_arr] = np.where(mask, np.maximum(after, h), h)
+                        ids, ns, cs, fn = run_arr[mask], sched[mask], c[mask], full_need[mask]
+                    budget -= int(csum[-1]) if everyone else int(ns.sum())
+                    is_dec = fn == 1
+                    n_dec = int(is_dec.sum())
+                    if n_dec == len(ids):
+                        decode_ctx = float(cs.sum()) + n_dec
+                        if cost.has_window:
+                            decode_ctx = float(np.minimum(cs + 1, cost.window(1 << 60)).sum())
+                    else:
+                        decode_ctx = float(np.minimum(cs[is_dec] + 1, cost.window(1 << 60)).sum())
                         uniform = False
                         for j in np.nonzero(~is_dec)[0].tolist():
                             i, nn, cc = int(ids[j]), int(ns[j]), int(cs[j])
                             pairs += cost.chunk_pairs(nn, cost.window(cc))
                             pctx += cost.window(cc)
                             self._extend_prefix(i, cc + nn)
-                    sched_ids = ids.tolist()
-                    sched_n = ns.tolist()
+                    sched_arr = ids
+                    sched_n_arr = ns
                 else:
                     # Slow path: allocate one by one, preempting from the tail when blocks run out.
                     idx = 0
@@ -406,7 +416,8 @@ class EngineSim:
                     budget -= nn
                     admitted += 1
 
-            if not sched_ids:
+            n_sched = len(sched_ids) + len(sched_arr)
+            if not n_sched:
                 # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
                 if next_arr < (issued if closed else n) and not running:
                     now = max(now, float(self.arrival[order[next_arr]]))
@@ -415,15 +426,19 @@ class EngineSim:
 
             # 5. price the step and advance it
             ntok = int(budget_max - budget)
-            dt = cost.step_time(ntok, len(sched_ids), len(running), decode_ctx, pairs, pctx, uniform, admitted)
+            dt = cost.step_time(ntok, n_sched, len(running), decode_ctx, pairs, pctx, uniform, admitted)
             now += dt
             steps += 1
             tokens_total += ntok
             busy += dt
             run_int += dt * len(running)
             kv_peak = max(kv_peak, pool.used)
-            ids_a = np.asarray(sched_ids, np.int64)
-            comp[ids_a] += np.asarray(sched_n, np.int64)
+            if sched_ids:
+                ids_a = np.concatenate((sched_arr, np.asarray(sched_ids, np.int64)))
+                n_a = np.concatenate((sched_n_arr, np.asarray(sched_n, np.int64)))
+            else:
+                ids_a, n_a = sched_arr, sched_n_arr
+            comp[ids_a] += n_a
             sampled = ids_a[comp[ids_a] == known[ids_a]]
             if sampled.size:
                 known[sampled] += 1

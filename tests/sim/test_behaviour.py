@@ -25,7 +25,7 @@ def test_default_burst_is_in_the_measured_range():
 def test_batching_flags_move_throughput_in_the_right_direction():
     base = sim({}).out_tok_per_s
     assert sim({"max_num_seqs": 16}).out_tok_per_s < 0.5 * base  # a small batch starves the GPU
-    assert sim({"enforce_eager": True}).tpot_p50 > 1.1 * sim({}).tpot_p50  # no CUDA graphs: launch-bound decode
+    assert sim({"enforce_eager": True}).tpot_p50 > 1.3 * sim({}).tpot_p50  # real: 19.4 vs 12.5 ms (1.54x)
     assert sim({"max_num_batched_tokens": 512}).ttft_p99 > sim({}).ttft_p99  # prefill spread over more steps
 
 

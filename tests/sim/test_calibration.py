@@ -1,0 +1,72 @@
+"""The shipped H200 calibration against the real measurements it was fitted on and held out from,
+and the fitting machinery itself."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from rsi_env.engine import load_hardware
+from rsi_env.sim import simulate
+from rsi_env.sim.calibration import Calibration, load_calibration
+from rsi_env.sim.fit import evaluate, load_samples, run_calibration, split
+
+DATA = sorted((Path(__file__).resolve().parents[2] / "data" / "measurements" / "h200-vllm0.26").glob("*.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return load_samples(DATA)
+
+
+def test_the_h200_calibration_is_the_fitted_one_and_says_so():
+    cal = load_calibration("h200", "0.26.0")
+    assert cal.id.startswith("h200-vllm0.26-") and cal.provenance["n_held_out"] > 0
+    t = simulate({}, "llama-3.1-8b", "h200", "short_long")
+    assert t.calibration == cal.id
+    assert simulate({}, "llama-3.1-8b", "l40s", "short_long").calibration.startswith("default")
+
+
+def test_held_out_error_stays_where_the_fit_left_it(samples):
+    cal = load_calibration("h200", "0.26")
+    _, held = split(samples, seed=0)
+    assert {s.config_key for s in held} == set(cal.provenance["held_out_configs"])
+    e = evaluate(held, cal, load_hardware("h200"))
+    assert e["n_failed_in_sim"] == 0
+    # Regression guards at the errors recorded in the calibration's provenance (+ a small margin).
+    rec = cal.provenance["held_out_error"]
+    for key in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape", "num_gpu_blocks_mape"):
+        assert e[key] <= rec[key] * 1.05 + 1e-3, key
+
+
+def test_kv_memory_matches_vllms_own_numbers():
+    # Real vLLM 0.26 refused gpu_memory_utilization=0.22 for Llama-3.1-8B on an H200 with
+    # "… (16.0 GiB KV cache is needed, which is larger than the available KV cache memory (14.42 GiB).
+    #  Based on the available memory, the estimated maximum model length is 118144."  (campaign log, 2026-11-29)
+    t = simulate({"gpu_memory_utilization": 0.22}, "llama-3.1-8b", "h200", "short_long")
+    assert not t.ok and "To serve at least one request with the model's max seq len (131072)" in t.error
+    avail = float(re.search(r"available KV cache memory \(([\d.]+) GiB\)", t.error).group(1))
+    est = int(re.search(r"estimated maximum model length is (\d+)", t.error).group(1))
+    assert avail == pytest.approx(14.42, rel=0.03)
+    assert est == pytest.approx(118144, rel=0.03)
+
+
+def test_fitting_reduces_the_training_error(samples, tmp_path):
+    small = [s for s in samples if s.model == "llama-3.2-1b" or s.config_key.endswith("{}")]
+    path = tmp_path / "m.jsonl"
+    lines = []
+    for f in DATA:
+        for line in f.read_text().splitlines():
+            if '"model": "llama-3.2-1b"' in line or '"flags": {}' in line:
+                lines.append(line)
+    path.write_text("\n".join(lines) + "\n")
+    assert len(small) == len(lines)
+    out = tmp_path / "cal.yaml"
+    rep = run_calibration("h200", [str(path)], out=str(out), max_nfev=4)
+    prior = evaluate(small, Calibration(hardware="h200", engine_version="0.26"), load_hardware("h200"))
+    after = rep["after"]["train"]
+    assert after["tpot_p50_mape"] < prior["tpot_p50_mape"]
+    cal = load_calibration("h200", "0.26", out)
+    assert cal.provenance["n_train"] == rep["n_train"] and cal.id != "default"
