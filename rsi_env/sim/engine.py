@@ -177,21 +177,27 @@ class EngineSim:
             else:
                 bisect.insort(wait_sorted, (float(self.arrival[i]), i))
 
+        # With async scheduling vLLM schedules step N+1 as soon as step N is launched, so a request that
+        # arrives while step N runs is first seen when step N+2 is scheduled.
+        lag = cfg.async_scheduling
+        last_dt = 0.0
         while done < n:
             # 1. arrivals
+            cutoff = now - last_dt if lag else now
             if closed:
-                while next_arr < issued and self.arrival[order[next_arr]] <= now:
+                while next_arr < issued and self.arrival[order[next_arr]] <= cutoff:
                     enqueue(order[next_arr])
                     next_arr += 1
             else:
-                while next_arr < n and arrivals_sorted[next_arr] <= now:  # type: ignore[index]
+                while next_arr < n and arrivals_sorted[next_arr] <= cutoff:  # type: ignore[index]
                     enqueue(order[next_arr])
                     next_arr += 1
             n_wait = len(waiting) if fcfs else len(wait_sorted)
             if not running and not n_wait:
                 if next_arr >= (issued if closed else n):
                     break
-                now = float(self.arrival[order[next_arr]])
+                now = max(now, float(self.arrival[order[next_arr]]))
+                last_dt = 0.0  # an idle engine schedules a request the moment it arrives
                 continue
             if dirty:
                 run_arr = np.fromiter(running, np.int64, len(running))
@@ -235,6 +241,7 @@ class EngineSim:
                                 if k_arr < k:
                                     k = k_arr
                             span = float(cum[k - 1])
+                            last_dt = float(times[k - 1])
                             # A request whose last prompt token is computed in the span's first step
                             # samples its first token then.
                             fresh = run_arr[np.isnan(self.first[run_arr])]
@@ -421,6 +428,7 @@ class EngineSim:
                 # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
                 if next_arr < (issued if closed else n) and not running:
                     now = max(now, float(self.arrival[order[next_arr]]))
+                    last_dt = 0.0
                     continue
                 raise RuntimeError("scheduler deadlock: no request can be scheduled and none is running")
 
@@ -428,6 +436,7 @@ class EngineSim:
             ntok = int(budget_max - budget)
             dt = cost.step_time(ntok, n_sched, len(running), decode_ctx, pairs, pctx, uniform, admitted)
             now += dt
+            last_dt = dt
             steps += 1
             tokens_total += ntok
             busy += dt
