@@ -47,6 +47,22 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if tel.ok else 3
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """``rsi-env bench --tier real|sim``: the same arguments and JSON as ``simulate``."""
+    if args.tier == "sim":
+        return _cmd_simulate(args)
+    from rsi_env.real.tier import RealTier
+
+    tel = RealTier(timeout_s=args.timeout, usage_context=args.usage_context).measure(
+        _parse_sets(args.set), args.model, args.hardware, args.workload)
+    if args.json:
+        print(tel.to_json())
+    else:
+        for k, v in tel.to_dict().items():
+            print(f"{k:24s} {_fmt(v)}")
+    return 0 if tel.ok else 3
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from rsi_env.demo import run_demo
 
@@ -82,20 +98,30 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measure_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--model", required=True, help="catalog id or path to a Hugging Face config.json")
+    s.add_argument("--hardware", required=True, help="catalog id, e.g. h200")
+    s.add_argument("--workload", required=True, help="workload YAML file or frozen workload name")
+    s.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE", help="an engine flag (repeatable)")
+    s.add_argument("--engine-version", default="0.26", help="vLLM release the sim models (sim tier)")
+    s.add_argument("--usage-context", default="server", choices=("server", "llm"))
+    s.add_argument("--calibration", default=None, help="calibration YAML (default: the catalog's)")
+    s.add_argument("--json", action="store_true", help="print one Telemetry as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rsi-env", description="LLM-inference engineering environments on vLLM.")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("simulate", help="simulate one workload on one engine config (sim tier)")
-    s.add_argument("--model", required=True, help="catalog id or path to a Hugging Face config.json")
-    s.add_argument("--hardware", required=True, help="catalog id, e.g. h200")
-    s.add_argument("--workload", required=True, help="workload YAML file or frozen workload name")
-    s.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE", help="an engine flag (repeatable)")
-    s.add_argument("--engine-version", default="0.26")
-    s.add_argument("--usage-context", default="server", choices=("server", "llm"))
-    s.add_argument("--calibration", default=None, help="calibration YAML (default: the catalog's)")
-    s.add_argument("--json", action="store_true", help="print one Telemetry as JSON")
+    _measure_args(s)
     s.set_defaults(func=_cmd_simulate)
+
+    b = sub.add_parser("bench", help="measure one workload on one engine config (--tier real: the real engine)")
+    _measure_args(b)
+    b.add_argument("--tier", choices=("real", "sim"), default="real")
+    b.add_argument("--timeout", type=float, default=900.0, help="seconds before the engine is killed (real tier)")
+    b.set_defaults(func=_cmd_bench)
 
     d = sub.add_parser("demo", help="a short search on an environment (sim tier): table and plot")
     d.add_argument("--env", default="RSI/KVCache-v0")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
@@ -54,7 +56,8 @@ def _metric_values() -> dict[str, float]:
     return out
 
 
-async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str) -> tuple[RequestTimings, dict[str, Any]]:
+async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str,
+                     record: int = 0) -> tuple[RequestTimings, dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
@@ -65,6 +68,7 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str) -> tuple[R
     first = np.zeros(n)
     finish = np.zeros(n)
     produced = np.zeros(n, dtype=np.int64)
+    tokens: dict[int, list[int]] = {i: [] for i in range(min(record, n))}  # greedy outputs, for the output guard
     samples: list[tuple[float, float]] = []
     done = asyncio.Event()
 
@@ -75,6 +79,8 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str) -> tuple[R
         arrival[i] = time.perf_counter() - t0
         async for out in engine.generate(TokensPrompt(prompt_token_ids=prompts[i]), sp, f"{tag}-{i}"):
             k = len(out.outputs[0].token_ids)
+            if i in tokens:
+                tokens[i].extend(int(t) for t in out.outputs[0].token_ids)
             if k and produced[i] == 0:
                 first[i] = time.perf_counter() - t0
             produced[i] += k
@@ -132,6 +138,7 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str) -> tuple[R
         "mean_running": float(np.mean(busy)) if busy else 0.0,
         "num_steps": diff.get("vllm:iteration_tokens_total:count", 0.0),
         "step_tokens": diff.get("vllm:iteration_tokens_total:sum", 0.0),
+        "output_token_ids": {str(i): t for i, t in tokens.items()},
     }
     return RequestTimings(arrival, first, finish, trace.prompt_len, trace.output_len), counters
 
@@ -172,8 +179,18 @@ async def _main_async(args: argparse.Namespace) -> int:
         flags[k] = yaml.safe_load(v)
     unknown = [k for k in flags if k not in _PASS_THROUGH]
     if unknown:
-        print(f"unknown flags {unknown}; known: {_PASS_THROUGH}", file=sys.stderr)
+        print(f"rsi-env-error: invalid_config: unknown engine flags {unknown}; known: {list(_PASS_THROUGH)}",
+              file=sys.stderr)
         return 2
+    have = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    missing = [k for k in flags if k not in have]
+    if missing:
+        print(f"rsi-env-error: invalid_config: vLLM {vllm.__version__} has no engine flag {missing[0]!r} "
+              f"(installed vLLM lacks {missing})", file=sys.stderr)
+        return 2
+    hw = load_hardware(args.hardware)
+    num_gpus = int(flags.get("tensor_parallel_size", 1)) * int(flags.get("pipeline_parallel_size", 1)) * int(
+        flags.get("data_parallel_size", 1))
     workloads = [Workload.from_yaml(p) for p in args.workload]
     tmp = Path(tempfile.mkdtemp(prefix="rsi-model-"))
     (tmp / "config.json").write_text(json.dumps(spec.to_hf_config()))
@@ -194,10 +211,11 @@ async def _main_async(args: argparse.Namespace) -> int:
             await engine.reset_prefix_cache()
             trace = w.trace()
             t_w = time.perf_counter()
-            timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name)
+            timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name, args.record_tokens)
             q = c["prefix_cache_queries"]
             tel = summarize(
-                timings, slo=w.slo if args.slo_from_workload else SLO(), price_per_hour=0.0, num_gpus=1,
+                timings, slo=w.slo if args.slo_from_workload else SLO(), price_per_hour=hw.price_per_hour,
+                num_gpus=num_gpus,
                 num_preemptions=c["num_preemptions"],
                 prefix_cache_hit_rate=c["prefix_cache_hits"] / q if q else 0.0,
                 kv_cache_usage_peak=c["kv_cache_usage_peak"], num_gpu_blocks=resolved["num_gpu_blocks"] or 0,
@@ -229,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hardware", default="h200")
     p.add_argument("--usage-context", choices=("server", "llm"), default="server")
     p.add_argument("--slo-from-workload", action="store_true")
+    p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return asyncio.run(_main_async(args))

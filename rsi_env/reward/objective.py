@@ -1,10 +1,11 @@
 """A task's objective: per-workload improvement over vLLM's defaults, as a log ratio.
 
 ``score = mean over workloads of log(value / baseline)`` (inverted for metrics to minimise), so 0
-is "as good as vLLM's defaults" and ``log(1.1)`` is 10 % better. A workload whose SLO attainment
-(requests meeting every SLO bound / all requests) falls short of the task's requirement has its
-value scaled by ``(attainment / required)**4``; a measurement that failed scores ``-inf``, never as
-a zero-latency success.
+is "as good as vLLM's defaults" and ``log(1.1)`` is 10 % better. Each side is first SLO-adjusted:
+where the SLO attainment (requests meeting every SLO bound / all requests) falls short of the
+task's requirement, the value counts only ``(attainment / required)**4`` of itself (or that many
+times worse, for a metric to minimise) — for the baseline as for the candidate. A measurement that
+failed scores ``-inf``, never as a zero-latency success.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def metric_value(t: Telemetry, metric: str) -> float:
     return float(getattr(t, metric))
 
 
+def _slo_factor(t: Telemetry, task: Task) -> float:
+    att = slo_attainment(t)
+    return 1.0 if att >= task.slo_attainment else (att / task.slo_attainment) ** 4
+
+
 def workload_score(t: Telemetry, base: Telemetry, task: Task) -> float:
     if not t.ok or not base.ok:
         return -math.inf
@@ -38,9 +44,7 @@ def workload_score(t: Telemetry, base: Telemetry, task: Task) -> float:
     if not (math.isfinite(v) and math.isfinite(b)) or v <= 0 or b <= 0:
         return -math.inf
     ratio = v / b if task.maximize else b / v
-    att = slo_attainment(t)
-    if att < task.slo_attainment:
-        ratio *= (att / task.slo_attainment) ** 4
+    ratio *= _slo_factor(t, task) / max(_slo_factor(base, task), 1e-12)
     return math.log(ratio) if ratio > 0 else -math.inf
 
 

@@ -83,12 +83,12 @@ class StepCost:
             e, k = m.num_experts, m.num_experts_per_tok
             active = e * (1.0 - (1.0 - k / e) ** tokens_padded)
             w_bytes += m.num_moe_layers * active * self._expert_bytes
-        k = self.cal.roofline_sharpness
+        sharp = self.cal.roofline_sharpness
         # GEMMs with few rows leave the tensor cores partly idle: efficiency saturates with the token count.
         rate = self._mm_rate * tokens_padded / (tokens_padded + self.cal.mm_half_tokens)
         lm_rate = self._mm_rate * rows / (rows + self.cal.mm_half_tokens)
-        t = _roof(self._flops_per_token * tokens_padded, rate, w_bytes, self._bw_rate, k)
-        return t + _roof(self._lm_flops_per_row * rows, lm_rate, self._lm_bytes, self._bw_rate, k)
+        t = _roof(self._flops_per_token * tokens_padded, rate, w_bytes, self._bw_rate, sharp)
+        return t + _roof(self._lm_flops_per_row * rows, lm_rate, self._lm_bytes, self._bw_rate, sharp)
 
     def _comm(self, tokens_padded: int) -> float:
         t = 0.0

@@ -388,8 +388,8 @@ class EngineSim:
                     if not chunked and nn > budget:
                         break
                     nn = min(nn, budget)
-                    full_need = self._cdiv(int(known[i])) - hg - hp + touch
-                    if full_need > pool.num_free:
+                    seq_need = self._cdiv(int(known[i])) - hg - hp + touch
+                    if seq_need > pool.num_free:
                         break
                     if fcfs:
                         waiting.popleft()

@@ -33,11 +33,12 @@ from rsi_env.sim.memory import plan_memory
 
 __all__ = ["Sample", "load_samples", "evaluate", "fit", "run_calibration"]
 
-TIMING = ("mm_eff", "mm_half_tokens", "roofline_sharpness", "bw_eff", "attn_eff", "kv_bw_eff", "step_s", "per_req_s", "piecewise_layer_s",
-          "eager_layer_s", "cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s")
+TIMING = ("mm_eff", "mm_half_tokens", "roofline_sharpness", "bw_eff", "attn_eff", "kv_bw_eff", "step_s", "per_req_s",
+          "piecewise_layer_s", "eager_layer_s", "cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s")
 NOISY = frozenset({"many_small"})
 _BOUNDS = {
-    "mm_eff": (0.2, 1.0), "mm_half_tokens": (1.0, 2048.0), "roofline_sharpness": (1.2, 12.0), "bw_eff": (0.3, 1.0), "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0),
+    "mm_eff": (0.2, 1.0), "mm_half_tokens": (1.0, 2048.0), "roofline_sharpness": (1.2, 12.0), "bw_eff": (0.3, 1.0),
+    "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0),
     "step_s": (1e-5, 5e-3), "per_req_s": (1e-8, 1e-4), "piecewise_layer_s": (1e-7, 2e-4),
     "eager_layer_s": (1e-6, 5e-4), "cpu_step_s": (1e-5, 2e-2), "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 5e-2),
     "cpu_per_new_req_s": (1e-7, 5e-3),
@@ -216,7 +217,7 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
     prior = Calibration(hardware=hardware, engine_version=engine_version)
     t0 = time.perf_counter()
     fitted = fit(train, hw, prior, max_nfev=max_nfev)
-    report = {
+    report: dict[str, Any] = {
         "hardware": hardware, "engine_version": engine_version, "seed": seed,
         "n_train": len(train), "n_held_out": len(held),
         "held_out_configs": sorted({s.config_key for s in held}),
@@ -226,7 +227,7 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         "after_all_configs": {k: v for k, v in evaluate(samples, fitted, hw).items() if k != "per_sample"},
     }
     digest = hashlib.sha256("".join(Path(m).read_text() for m in measurements).encode()).hexdigest()[:12]
-    ho: dict[str, Any] = report["after"]["held_out"]  # type: ignore[index]
+    ho: dict[str, Any] = report["after"]["held_out"]
     fitted = replace(fitted, id=f"{hardware}-vllm{engine_version}-{digest}", provenance={
         "fitted": time.strftime("%Y-%m-%d"), "measurements": [str(m) for m in measurements],
         "measurements_sha256_12": digest, "n_train": len(train), "n_held_out": len(held),
@@ -241,7 +242,7 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
     lines = [f"calibration {fitted.id}: {len(train)} training and {len(held)} held-out measurements"]
     for when in ("before", "after"):
         for part in ("train", "held_out"):
-            e = report[when][part]  # type: ignore[index]
+            e = report[when][part]
             lines.append(f"  {when:6s} {part:8s} throughput MAPE {_pct(e['out_tok_per_s_mape'])}  "
                          f"TTFT p50 MAPE {_pct(e['ttft_p50_mape'])}  TPOT p50 MAPE {_pct(e['tpot_p50_mape'])}  "
                          f"blocks MAPE {_pct(e['num_gpu_blocks_mape'])}")

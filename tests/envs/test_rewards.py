@@ -69,7 +69,9 @@ def test_fp8_passes_only_where_the_task_allows_it():
     assert obs["flag_mask"][fixed.flag_names.index("quantization")] == 0
     fixed.config = fixed.config.replace(quantization="fp8")  # past the env's refusal: the guard still holds
     _, r_fixed, _, _, info = fixed.step({"kind": 4})
-    assert not info["verdict"]["guards"]["precision"] and not info["verdict"]["passed"] and r_fixed < 1
+    assert not info["verdict"]["guards"]["precision"] and not info["verdict"]["passed"]
+    cost = fixed.task.cost_per_gpu_second * sum(t["duration_s"] for t in info["telemetry"])
+    assert r_fixed == pytest.approx(info["score"] - cost)  # the measurement's gain, and no +1 for the submission
 
 
 def test_quality_budget_is_enforced():

