@@ -1,11 +1,12 @@
 """A task's objective: per-workload improvement over vLLM's defaults, as a log ratio.
 
 ``score = mean over workloads of log(value / baseline)`` (inverted for metrics to minimise), so 0
-is "as good as vLLM's defaults" and ``log(1.1)`` is 10 % better. Each side is first SLO-adjusted:
-where the SLO attainment (requests meeting every SLO bound / all requests) falls short of the
-task's requirement, the value counts only ``(attainment / required)**4`` of itself (or that many
-times worse, for a metric to minimise) — for the baseline as for the candidate. A measurement that
-failed scores ``-inf``, never as a zero-latency success.
+is "as good as vLLM's defaults" and ``log(1.1)`` is 10 % better. Metrics that ignore the SLO
+(throughput, latency percentiles) are first SLO-adjusted on both sides: where the SLO attainment
+(requests meeting every SLO bound / all requests) falls short of the task's requirement, the value
+counts only ``clip(attainment / required, 0.05, 1)**2`` of itself (or that many times worse, for a
+metric to minimise). Goodput and the cost of good tokens already count only SLO-meeting requests and
+are taken as they are. A measurement that failed scores ``-inf``, never as a zero-latency success.
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ def metric_value(t: Telemetry, metric: str) -> float:
     return float(getattr(t, metric))
 
 
+_SLO_AWARE = frozenset({"goodput_req_per_s", "good_cost_per_mtok_usd"})
+
+
 def _slo_factor(t: Telemetry, task: Task) -> float:
-    att = slo_attainment(t)
-    return 1.0 if att >= task.slo_attainment else (att / task.slo_attainment) ** 4
+    if task.metric in _SLO_AWARE:
+        return 1.0
+    return min(max(slo_attainment(t) / task.slo_attainment, 0.05), 1.0) ** 2
 
 
 def workload_score(t: Telemetry, base: Telemetry, task: Task) -> float:
