@@ -21,7 +21,7 @@ class BatchingEnv(RsiEnv):
     whenever fewer than 99 % of requests meet TPOT <= 25 ms.
     ## Arguments
 
-    ``gym.make("RSI/Batching-v0", tier="sim", model=None, hardware=None, workloads=None, max_steps=None,
+    ``gym.make("RSI/Batching-v0", tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26")``: ``model``/``hardware`` default to the
     task's (llama-3.1-8b on h200); ``workloads`` replaces the task's list (frozen names or YAML paths);
     ``auto_bench`` (on by default on sim) measures after every change; ``seed`` offsets the

@@ -22,7 +22,7 @@ class KVCacheEnv(RsiEnv):
     is goodput (requests/s meeting TTFT <= 2 s and TPOT <= 40 ms), as a ratio to vLLM's defaults.
     ## Arguments
 
-    ``gym.make("RSI/KVCache-v0", tier="sim", model=None, hardware=None, workloads=None, max_steps=None,
+    ``gym.make("RSI/KVCache-v0", tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26")``: ``model``/``hardware`` default to the
     task's (llama-3.1-8b on h200); ``workloads`` replaces the task's list (frozen names or YAML paths);
     ``auto_bench`` (on by default on sim) measures after every change; ``seed`` offsets the

@@ -18,6 +18,7 @@ from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import InvalidConfigError, RsiEnvError
+from rsi_env.real.tier import RealTier
 from rsi_env.sim import simulate
 from rsi_env.sim.calibration import Calibration, load_calibration
 
@@ -65,9 +66,10 @@ class CachedSimTier:
 
 
 @cache
-def get_tier(tier: str, engine_version: str) -> CachedSimTier:
-    """The process's shared tier (and its cache) for ``tier`` and vLLM release."""
+def get_tier(tier: str, engine_version: str) -> CachedSimTier | RealTier:
+    """The process's shared tier for ``tier``: the cached simulator of a vLLM release, or the installed vLLM."""
     if tier == "sim":
         return CachedSimTier(engine_version)
-    raise RsiEnvError(f"tier {tier!r} is not available in this release of rsi-env: use tier='sim' "
-                      "(the real tier's environment binding lands with the real-tier issue)")
+    if tier == "real":
+        return RealTier()
+    raise RsiEnvError(f"unknown tier {tier!r}: use 'sim' or 'real'")

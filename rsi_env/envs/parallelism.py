@@ -21,7 +21,7 @@ class ParallelismEnv(RsiEnv):
     meet TTFT <= 5 s and TPOT <= 60 ms, lower is better; the start is tensor_parallel_size=8.
     ## Arguments
 
-    ``gym.make("RSI/Parallelism-v0", tier="sim", model=None, hardware=None, workloads=None, max_steps=None,
+    ``gym.make("RSI/Parallelism-v0", tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26")``: ``model``/``hardware`` default to the
     task's (llama-3.1-70b on h200); ``workloads`` replaces the task's list (frozen names or YAML paths);
     ``auto_bench`` (on by default on sim) measures after every change; ``seed`` offsets the

@@ -21,7 +21,7 @@ class PrefixCacheEnv(RsiEnv):
     TPOT <= 40 ms for 90 % of requests. (Multi-turn conversations are not modelled yet.)
     ## Arguments
 
-    ``gym.make("RSI/PrefixCache-v0", tier="sim", model=None, hardware=None, workloads=None, max_steps=None,
+    ``gym.make("RSI/PrefixCache-v0", tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26")``: ``model``/``hardware`` default to the
     task's (llama-3.1-8b on h200); ``workloads`` replaces the task's list (frozen names or YAML paths);
     ``auto_bench`` (on by default on sim) measures after every change; ``seed`` offsets the

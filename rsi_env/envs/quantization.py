@@ -18,7 +18,7 @@ class QuantizationEnv(RsiEnv):
     stay within the 1 % budget. The objective is output tokens/s on short-answer and long-context traffic.
     ## Arguments
 
-    ``gym.make("RSI/Quantization-v0", tier="sim", model=None, hardware=None, workloads=None, max_steps=None,
+    ``gym.make("RSI/Quantization-v0", tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26")``: ``model``/``hardware`` default to the
     task's (llama-3.1-8b on h200); ``workloads`` replaces the task's list (frozen names or YAML paths);
     ``auto_bench`` (on by default on sim) measures after every change; ``seed`` offsets the
