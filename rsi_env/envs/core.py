@@ -315,9 +315,11 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         events: list[object] = []
         if self.measured_config != self.config:
             events += self._do_bench(explicit=True)
-            if self.measured_config != self.config:  # the budget was spent: measure once more, as verification
+            if self.measured_config != self.config:  # the budget was spent: verify anyway, charged, never paid
                 self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
                 self.last_score = score(self.last_tels, self.base_tels, self.task)
+                gpu_s = sum(t.duration_s * self._gpus(self.config) for t in self.last_tels if t.ok)
+                events.append(MeasureEvent(-math.inf, gpu_s))
         seen: list[Workload | None] = []
         for w in self.workloads:
             try:

@@ -111,3 +111,14 @@ def test_state_replays_and_validates(tmp_path):
     assert res.ok and res.replayed_total == pytest.approx(sum(state["rewards"]))
     forged = dict(state, rewards=[r + 1.0 for r in state["rewards"]])
     assert not validate(forged).ok
+
+
+def test_verifying_past_the_budget_is_charged_but_never_paid():
+    env = make("RSI/Quantization-v0", max_measurements=1)
+    env.step(env.flag_action("max_num_seqs", 256))  # auto-bench spends the only measurement
+    env.step(env.flag_action("quantization", "fp8"))  # no measurement left: unmeasured change
+    assert env.measurements == 1
+    _, r, term, _, info = env.step({"kind": 4})
+    assert term and math.isfinite(info["score"]) and info["score"] > 0
+    assert r < 0 or info["verdict"]["passed"]  # only the cost, plus +1 if every guard holds
+    assert r <= (1.0 if info["verdict"]["passed"] else 0.0)
