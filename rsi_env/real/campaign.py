@@ -1,6 +1,7 @@
 """Run a grid of engine configurations on the real engine, each in its own process, within a deadline.
 
-A plan (``configs/calibration/*.yaml``) lists ``runs`` (model + flags) and ``workloads``. Each run
+A plan (``configs/calibration/*.yaml``) lists ``runs`` (model + flags), ``workloads`` and optionally
+``env`` (variables every run's processes get, e.g. NCCL settings on several GPUs). Each run
 is one :mod:`rsi_env.real.vllm_driver` process in its own process group, killed whole if it
 outlives ``per_run_timeout_s``; no run starts if fewer than ``min_left_s`` seconds remain before
 the deadline. Results are appended to one JSON-lines file as they come, so a cut-short campaign
@@ -23,11 +24,12 @@ import yaml
 __all__ = ["main"]
 
 
-def _run_one(cmd: list[str], timeout: float, log: Path) -> int:
+def _run_one(cmd: list[str], timeout: float, log: Path, env: dict[str, str]) -> int:
     with open(log, "a") as lf:
         lf.write(f"\n=== {' '.join(cmd)}\n")
         lf.flush()
-        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **env})
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         for w in run.get("workloads", wl):
             cmd += ["--workload", w]
         t0 = time.monotonic()
-        rc = _run_one(cmd, min(float(plan.get("per_run_timeout_s", 240)), left - 5), out / "campaign.log")
+        env = {str(k): str(v) for k, v in (plan.get("env") or {}).items()}
+        rc = _run_one(cmd, min(float(plan.get("per_run_timeout_s", 240)), left - 5), out / "campaign.log", env)
         print(json.dumps({"run": run["name"], "rc": rc, "s": round(time.monotonic() - t0, 1)}), flush=True)
     return 0
 
