@@ -51,10 +51,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     """``rsi-env bench --tier real|sim``: the same arguments and JSON as ``simulate``."""
     if args.tier == "sim":
         return _cmd_simulate(args)
-    from rsi_env.real.tier import RealTier
+    if args.tier == "endpoint":
+        from rsi_env.real.endpoint import EndpointTier
 
-    tel = RealTier(timeout_s=args.timeout, usage_context=args.usage_context).measure(
-        _parse_sets(args.set), args.model, args.hardware, args.workload)
+        if not args.url:
+            raise RsiEnvError("--tier endpoint needs --url of a running OpenAI-compatible server")
+        if args.set:
+            raise RsiEnvError("an endpoint runs with its own engine flags: drop --set")
+        tel = EndpointTier(args.url, timeout_s=args.timeout).measure(None, args.model, args.hardware, args.workload)
+    else:
+        from rsi_env.real.tier import RealTier
+
+        tel = RealTier(timeout_s=args.timeout, usage_context=args.usage_context).measure(
+            _parse_sets(args.set), args.model, args.hardware, args.workload)
     if args.json:
         print(tel.to_json())
     else:
@@ -119,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="measure one workload on one engine config (--tier real: the real engine)")
     _measure_args(b)
-    b.add_argument("--tier", choices=("real", "sim"), default="real")
+    b.add_argument("--tier", choices=("real", "sim", "endpoint"), default="real")
+    b.add_argument("--url", default=None, help="with --tier endpoint: a running server, e.g. http://127.0.0.1:8000")
     b.add_argument("--timeout", type=float, default=900.0, help="seconds before the engine is killed (real tier)")
     b.set_defaults(func=_cmd_bench)
 
