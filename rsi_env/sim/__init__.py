@@ -7,6 +7,7 @@ fit in memory: that comes back as ``Telemetry.error``, as it would from the real
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,13 @@ def simulate_detailed(
     calibration: Calibration | str | Path | None = None,
     slo: SLO | None = None,
     check_invariants: bool = False,
+    engine_cls: Callable[..., EngineSim] = EngineSim,
 ) -> tuple[Telemetry, ResolvedConfig | None, MemoryPlan | None, list[SimResult]]:
-    """Like :func:`simulate`, also returning the resolved config, the memory plan and raw results."""
+    """Like :func:`simulate`, also returning the resolved config, the memory plan and raw results.
+
+    ``engine_cls`` builds the engine (an `EngineSim` subclass, e.g. one whose priority keys come from a
+    scheduling policy).
+    """
     spec = load_model(model)
     hw = load_hardware(hardware)
     wl = load_workload(workload)
@@ -76,7 +82,7 @@ def simulate_detailed(
     for k in range(dp):
         part = _split_dp(trace, dp, k) if dp > 1 else trace
         try:
-            results.append(EngineSim(cfg, cost, part, plan.num_gpu_blocks, check_invariants).run())
+            results.append(engine_cls(cfg, cost, part, plan.num_gpu_blocks, check_invariants).run())
         except RuntimeError as exc:
             return Telemetry.failed(f"invalid_config: {exc}", calibration=cal.id,
                                     num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, results

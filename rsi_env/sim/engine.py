@@ -175,7 +175,7 @@ class EngineSim:
             if fcfs:
                 waiting.append(i)
             else:
-                bisect.insort(wait_sorted, (float(self.arrival[i]), i))
+                bisect.insort(wait_sorted, (self.waiting_key(i), i))
 
         # With async scheduling vLLM schedules step N+1 as soon as step N is launched, so a request that
         # arrives while step N runs is first seen when step N+2 is scheduled.
@@ -336,12 +336,12 @@ class EngineSim:
                                 v = running[-1]
                             else:
                                 tail = running[idx:]
-                                v = max(tail, key=lambda r: (float(self.arrival[r]), r))
+                                v = max(tail, key=lambda r: (self.victim_key(r), r))
                             self._preempt(v, running)
                             if fcfs:
                                 waiting.appendleft(v)
                             else:
-                                bisect.insort(wait_sorted, (float(self.arrival[v]), v))
+                                bisect.insort(wait_sorted, (self.waiting_key(v), v))
                             preemptions += 1
                             preempted_now = True
                             if v == i:
@@ -474,6 +474,15 @@ class EngineSim:
             prefix_hits=hits, kv_usage_peak=kv_peak / usable, busy_time=busy, running_time_integral=run_int,
             tokens_scheduled=tokens_total,
         )
+
+    # ---- the priority policy's two keys (overridable: a scheduling policy is a choice of them) ---------
+    def waiting_key(self, i: int) -> float:
+        """Where request ``i`` waits under the priority policy: smaller keys are admitted first."""
+        return float(self.arrival[i])
+
+    def victim_key(self, i: int) -> float:
+        """Under the priority policy, the running request with the largest key is preempted first."""
+        return float(self.arrival[i])
 
     def _preempt(self, v: int, running: list[int]) -> None:
         self._release(v, True)
