@@ -1,6 +1,13 @@
-"""Shared fixtures: catalog objects used across the test suite."""
+"""Shared fixtures: catalog objects used across the test suite, and a Docker engine for the Docker sandbox."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,3 +22,42 @@ def llama8b():
 @pytest.fixture(scope="session")
 def h200():
     return load_hardware("h200")
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        client.ping()
+        client.close()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def dockerd() -> Iterator[None]:
+    """A running Docker engine: the one already there, or one started here (and stopped at the end)."""
+    if _docker_answers():
+        yield
+        return
+    exe = shutil.which("dockerd")
+    if exe is None:
+        pytest.fail("the Docker backend's tests need Docker's engine: apt-get install docker.io")
+    fd, log_name = tempfile.mkstemp(prefix="rsi-dockerd-", suffix=".log")
+    with os.fdopen(fd, "wb") as log:  # dockerd keeps its own copy of the descriptor
+        proc = subprocess.Popen([exe, "--iptables=false", "--ip6tables=false", "--bridge=none"], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not _docker_answers():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"dockerd did not come up within 60 s; its log: {log_name}")
+        time.sleep(0.25)
+    yield
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()

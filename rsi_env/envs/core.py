@@ -27,7 +27,7 @@ from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import InvalidConfigError, RsiEnvError, WorkloadError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict
-from rsi_env.sandbox import EditError, Workspace, run_shell
+from rsi_env.sandbox import EditError, ShellResult, Workspace, run_shell
 
 __all__ = ["RsiEnv", "KIND_NAMES", "OBS_FIELDS"]
 
@@ -177,8 +177,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             elif kind == EDIT:
                 events += self._do_edit(act)
             elif kind == SHELL:
-                res = run_shell(act["command"], self.workspace.root, timeout_s=self.shell_timeout_s)
-                self.text = _clean(res.summary())
+                self.text = _clean(self._run_shell(act["command"]).summary())
             elif kind == BENCH:
                 events += self._do_bench(explicit=True)
             elif kind == SUBMIT:
@@ -202,6 +201,11 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self.workspace = None
 
     # ---- actions ----------------------------------------------------------------------------------
+    def _run_shell(self, command: str) -> ShellResult:
+        """Run an agent's command in the episode's sandbox (subclasses may hold a sandbox of their own)."""
+        assert self.workspace is not None
+        return run_shell(command, self.workspace.root, timeout_s=self.shell_timeout_s)
+
     def _normalise(self, action: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(action, dict):
             raise RsiEnvError(f"an action is a dict with keys {list(self.action_space.spaces)}, got {type(action)}")

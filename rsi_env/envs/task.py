@@ -80,6 +80,7 @@ class Task:
                 allow_fp8=bool(raw.get("allow_fp8", False)), quality_cost=raw.get("quality_cost") or {},
                 quality_budget=float(raw.get("quality_budget", 0.0)), load=raw.get("load"),
                 num_gpus=int(raw.get("num_gpus", 1)), start=dict(raw.get("start") or {}),
+                editable_files=tuple(raw.get("editable_files") or ("serving.yaml",)),
             )
         except KeyError as exc:
             raise RsiEnvError(f"task definition is missing {exc.args[0]!r}") from None

@@ -1,0 +1,252 @@
+"""RSI/Scheduler-v0.
+
+Write the engine's scheduling policy (``policy.py``: the waiting queue's order and the preemption
+victims) for a lower p99 time to first token under bursty load, without losing throughput.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import HardwareSpec
+from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.workload import Workload
+from rsi_env.envs.core import RsiEnv, _clean
+from rsi_env.envs.task import Task, load_task
+from rsi_env.errors import RsiEnvError
+from rsi_env.reward import SubmitEvent
+from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.sandbox.base import ShellResult
+from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
+from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.sandbox.workspace import EditError
+from rsi_env.sim.policy_checks import check_policy
+from rsi_env.sim.policy_hook import PolicyError, request_table, simulate_policy
+from rsi_env.sim.sandboxed_policy import policy_keys
+
+__all__ = ["PolicyTier", "SchedulerEnv"]
+
+TEMPLATE = CODE_DIR / "scheduler" / "policy.py"
+WORKLOAD_DIR = CODE_DIR / "scheduler" / "workloads"
+POLICY_FILE = "policy.py"
+THROUGHPUT_FLOOR = 0.98  # output tok/s kept, per workload, relative to vLLM's default policy
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class PolicyTier:
+    """The sim tier for a workspace policy: keys from ``policy.py`` in a fresh sandbox, the engine here.
+
+    ``source()`` gives the policy text to measure (or raises `PolicyError`); a policy that cannot be
+    run measures as an error on every workload, with the reason. Measurements are cached by the policy
+    text, the resolved configuration and the workload.
+    """
+
+    name = "sim"
+
+    def __init__(self, engine_version: str, source: Callable[[], str], backend: str, capacity: int = 2048) -> None:
+        self.engine_version = engine_version
+        self.source = source
+        self.backend = backend
+        self.last_source: str | None = None
+        self._cache: OrderedDict[str, Telemetry] = OrderedDict()
+        self.capacity = capacity
+
+    def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
+                    workloads: Sequence[Workload]) -> list[Telemetry]:
+        try:
+            src = self.source()
+            self.last_source = src
+            keys = policy_keys(src, {w.name: request_table(w.trace()) for w in workloads}, self.backend)
+        except PolicyError as exc:
+            return [Telemetry.failed(f"policy: {exc}") for _ in workloads]
+        out = []
+        for w in workloads:
+            ck = json.dumps([_sha(src), self.engine_version, model.name, hw.name, cfg.to_dict(), w.content_hash],
+                            sort_keys=True, default=str)
+            tel = self._cache.get(ck)
+            if tel is None:
+                try:
+                    tel = simulate_policy(cfg, model, hw, w, keys[w.name], engine_version=self.engine_version)[0]
+                except PolicyError as exc:
+                    return [Telemetry.failed(f"policy: {exc}") for _ in workloads]
+                self._cache[ck] = tel
+                if len(self._cache) > self.capacity:
+                    self._cache.popitem(last=False)
+            out.append(tel)
+        return out
+
+
+class SchedulerEnv(RsiEnv):
+    """Write vLLM's scheduling policy: which waiting request runs next, which running one is preempted.
+
+    ## Description
+
+    Qwen2.5-7B on a 24 GB L4 serves chat with a heavy tail of long prompts arriving in bursts
+    (``bursty_chat``) and retrieval-augmented prompts at a steady, high rate (``mixed_rag``), 1000
+    requests each. The workspace holds ``policy.py``, the engine's scheduling policy, which starts as
+    vLLM's first come, first served. It defines two functions, called once per request on arrival:
+    ``waiting_key(request) -> float`` (smaller keys are admitted first) and ``victim_key(request) ->
+    float`` (when KV-cache blocks run out, the running request with the largest key is preempted);
+    ``request`` has ``id``, ``arrival_s``, ``prompt_tokens``, ``prefix_group`` and ``prefix_tokens``
+    (never the output length). These are vLLM's own ``priority`` policy keys, so a policy runs on both
+    tiers. The objective is the p99 time to first token, as a ratio to first come, first served.
+
+    The policy runs in a fresh sandbox (the strongest backend the machine has: Docker, else bubblewrap,
+    else local; ``env.unwrapped.sandbox_backend`` says which), never in the env's process; only its keys
+    come back, validated, and the simulated engine runs here — so the agent's code cannot touch a
+    measurement. Shell commands run in the episode's own sandbox, which cannot see the hidden checks.
+
+    ## Arguments
+
+    ``gym.make("RSI/Scheduler-v0", tier="sim", model=None, hardware=None, workloads=None, max_steps=None,
+    auto_bench=None, seed=None, engine_version="0.26", sandbox="auto", shell_timeout_s=10.0)``:
+    ``sandbox`` picks the backend (``"auto"``, ``"docker"``, ``"bubblewrap"``, ``"local"``); the others
+    are `RsiEnv`'s. ``auto_bench`` (on by default) measures after every change of ``serving.yaml`` or
+    ``policy.py``.
+
+    ## Action Space
+
+    DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag``/``value``
+    (``max_num_seqs``, ``max_num_batched_tokens``), ``path``/``old``/``new`` (edit ``policy.py`` or
+    ``serving.yaml``; ``old == ""`` writes the whole file) and ``command`` (10 s, 16 KiB of output).
+
+    ## Observation Space
+
+    As every `RSI/*` env: ``telemetry`` (12 fields, rates and latencies as ratios to the baseline),
+    ``config``, ``budget``, ``action_mask``, ``flag_mask`` and ``text`` (command output, the policy's
+    error with its traceback, or the verdict).
+
+    ## Rewards
+
+    Continuous: the log-ratio gain of p99 TTFT over the best so far (first come, first served scores 0),
+    minus each measurement's simulated GPU-seconds x 0.0002. Binary, on submit: +1 if the workloads are
+    untouched, every workload measured without error, p99 TTFT beats first come, first served by 4 %,
+    every workload keeps >= 98 % of its output tokens/s, and the hidden checks pass — run on workloads
+    the agent never sees, the policy evaluated twice in fresh sandboxes: the same keys both times, no
+    request lost, and no request waiting for its first token more than 10 s longer than the longest
+    wait under first come, first served.
+
+    ## Starting State
+
+    ``policy.py`` = first come, first served; vLLM 0.26's defaults in ``serving.yaml``; both measured
+    as the baseline.
+
+    ## Episode End
+
+    Terminates on submit; truncates after ``max_steps`` (40) steps. At most 30 measurements.
+
+    ## Version History
+
+    * v0: first release.
+    """
+
+    task_id = "RSI/Scheduler-v0"
+
+    def __init__(self, task: Task | str | None = None, *, sandbox: str = "auto", **kwargs: Any) -> None:
+        base = task if isinstance(task, Task) else load_task(task or self.task_id)
+        if POLICY_FILE not in base.editable_files:
+            raise RsiEnvError(f"{base.id}: the task must list {POLICY_FILE} in editable_files")
+        self.sandbox_backend = resolve_backend(sandbox)
+        self._template = TEMPLATE.read_text()
+        self._in_reset = False
+        self.episode_sandbox: EpisodeSandbox | None = None
+        super().__init__(base, **kwargs)
+        self.kwargs["sandbox"] = sandbox
+        self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend)  # type: ignore[assignment]
+
+    # ---- the policy ---------------------------------------------------------------------------------
+    def policy_source(self) -> str:
+        """The policy to measure: the template while the baseline is measured, then the workspace's file."""
+        if self._in_reset or self.workspace is None:
+            return self._template
+        try:
+            return self.workspace.read(POLICY_FILE)
+        except EditError as exc:
+            raise PolicyError(f"{exc}; write it again with an edit (old='')") from None
+
+    def _task_workload(self, name: str) -> Workload:
+        local = WORKLOAD_DIR / f"{name}.yaml"
+        return super()._task_workload(str(local) if local.is_file() else name)
+
+    # ---- Gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._close_sandbox()
+        self._in_reset = True
+        try:
+            obs, info = super().reset(seed=seed, options=options)
+        finally:
+            self._in_reset = False
+        assert self.workspace is not None
+        self.workspace.write(POLICY_FILE, self._template)
+        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
+        return obs, info
+
+    def close(self) -> None:
+        self._close_sandbox()
+        super().close()
+
+    def _close_sandbox(self) -> None:
+        if self.episode_sandbox is not None:
+            self.episode_sandbox.close()
+            self.episode_sandbox = None
+
+    def _info(self) -> dict[str, Any]:
+        return {**super()._info(), "sandbox": self.sandbox_backend}
+
+    # ---- actions ----------------------------------------------------------------------------------
+    def _run_shell(self, command: str) -> ShellResult:
+        """An agent's command, in the episode's sandbox (core's shell action calls this hook)."""
+        assert self.episode_sandbox is not None
+        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
+
+    def _do_edit(self, act: dict[str, Any]) -> list[object]:
+        before = self._source_hash()
+        events = super()._do_edit(act)
+        if self.auto_bench and self._source_hash() != before:
+            events += self._do_bench(explicit=False)
+        return events
+
+    def _source_hash(self) -> str | None:
+        try:
+            return _sha(self.policy_source())
+        except PolicyError:
+            return None
+
+    def _do_submit(self) -> list[object]:
+        tier = self.tier
+        assert isinstance(tier, PolicyTier)
+        current = self._source_hash()
+        if current is None or tier.last_source is None or _sha(tier.last_source) != current:
+            self.measured_config = None  # the policy changed since the last measurement: measure it again
+        events = super()._do_submit()
+        assert self.verdict is not None
+        extra = self._extra_guards()
+        v = self.verdict
+        self.verdict = Verdict(v.passed and all(g.ok for g in extra), v.score, v.guards + tuple(extra))
+        self.text = _clean(self.verdict.summary())
+        return [e for e in events if not isinstance(e, SubmitEvent)] + [SubmitEvent(self.verdict)]
+
+    def _extra_guards(self) -> list[GuardResult]:
+        slow = [f"{w.name}: {t.out_tok_per_s / b.out_tok_per_s:.3f}x"
+                for w, t, b in zip(self.workloads, self.last_tels, self.base_tels, strict=True)
+                if t.ok and b.ok and t.out_tok_per_s < THROUGHPUT_FLOOR * b.out_tok_per_s]
+        guards = [GuardResult("throughput", not slow, f"below {THROUGHPUT_FLOOR:.0%} of the baseline: {slow}"
+                              if slow else "")]
+        try:
+            source = self.policy_source()
+        except PolicyError as exc:
+            return guards + [GuardResult("hidden checks", False, str(exc))]
+        for c in check_policy(source, self.config, self.model, self.hardware, backend=self.sandbox_backend,
+                              engine_version=self.tier.engine_version):
+            guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
+        return guards

@@ -1,0 +1,161 @@
+"""`DockerSandbox`: a container per episode — its own root filesystem, no network, capped resources.
+
+The container runs the image of `rsi_env.sandbox.docker_image` (busybox only) with a read-only root,
+no network, every capability dropped, ``no-new-privileges``, a memory limit (no swap on top), a CPU
+share, a PID limit and file-size/CPU-time ulimits; ``/tmp`` is a small private tmpfs. The workspace is
+bound read-write at its own path, and what Python needs to run (its prefix, ``/usr``, ``/lib*``, the
+``rsi_env`` package) read-only; ``hidden`` paths are masked by empty tmpfs. A command is a ``docker
+exec`` read through the ``docker`` package with a deadline and an output cap; after each command every
+process but the container's init is killed, so nothing outlives a command. The container is removed
+on :meth:`close`. Needs the ``docker`` Python package and a running Docker engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import rsi_env
+from rsi_env.errors import RsiEnvError
+from rsi_env.sandbox.base import Limits, Sandbox, ShellResult, sandbox_environ
+from rsi_env.sandbox.docker_image import IMAGE, ensure_image, find_busybox
+from rsi_env.sandbox.process import OutputCap, pump
+
+__all__ = ["DockerSandbox", "docker_client", "runtime_paths"]
+
+# The container's init: reaps orphans and survives the kill-everything sweep (it is PID 1).
+_INIT = "trap '' TERM INT HUP; while :; do sleep 3600 & wait; done"
+LABEL = "rsi-env.sandbox"
+
+
+def docker_client(timeout: float = 10.0) -> Any:
+    """A client of the local Docker engine, or `RsiEnvError` saying what is missing."""
+    try:
+        import docker
+    except ImportError:
+        raise RsiEnvError("the Docker sandbox needs the docker package: pip install 'rsi-env[docker]'") from None
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise RsiEnvError(f"the Docker engine is not reachable (start dockerd): {exc}") from None
+    return client
+
+
+def runtime_paths() -> list[Path]:
+    """Host paths a command needs to run this Python and import rsi_env, bound read-only in the container."""
+    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(rsi_env.__file__).resolve().parent}
+    # Not resolved: where /lib is a link to /usr/lib (merged /usr), Docker binds the target at /lib.
+    paths |= {Path(p) for p in ("/usr", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/alternatives")}
+    keep = sorted(p for p in paths if p.exists())
+    # Drop paths inside another one (binding /usr and then /usr/x again is redundant).
+    return [p for p in keep if not any(q != p and q in p.parents for q in keep)]
+
+
+class DockerSandbox(Sandbox):
+    """Commands in a container of their own; see the module docstring for what is contained and how."""
+
+    backend = "docker"
+
+    def __init__(self, workspace: Path | str, *, limits: Limits | None = None, hidden: Sequence[Path | str] = (),
+                 image: str = IMAGE) -> None:
+        super().__init__(workspace, limits=limits, hidden=hidden)
+        import docker
+
+        self._client = docker_client()
+        self.image = ensure_image(self._client, image)
+        lim = self.limits
+        ws = str(self.workspace)
+        volumes = {str(p): {"bind": str(p), "mode": "ro"} for p in runtime_paths()}
+        volumes[ws] = {"bind": ws, "mode": "rw"}
+        tmpfs = {"/tmp": "size=256m,mode=1777"}
+        for p in self.hidden:
+            tmpfs[str(p)] = "size=64k,mode=755"
+        self.environ = sandbox_environ(self.workspace)
+        try:
+            self._container = self._client.containers.run(
+                self.image, ["/bin/sh", "-c", _INIT], detach=True, network_disabled=True, network_mode="none",
+                read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                mem_limit=lim.memory_bytes, memswap_limit=lim.memory_bytes, pids_limit=lim.max_procs,
+                nano_cpus=int(lim.cpus * 1e9), tmpfs=tmpfs, volumes=volumes, working_dir=ws,
+                environment=self.environ, labels={LABEL: "1"},
+                ulimits=[docker.types.Ulimit(name="fsize", soft=lim.file_bytes, hard=lim.file_bytes),
+                         docker.types.Ulimit(name="cpu", soft=lim.cpu_s, hard=lim.cpu_s),
+                         docker.types.Ulimit(name="core", soft=0, hard=0)])
+        except docker.errors.DockerException as exc:
+            raise RsiEnvError(f"could not start the sandbox container: {exc}") from None
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        try:
+            client = docker_client(timeout=3.0)
+        except RsiEnvError as exc:
+            return str(exc)
+        import docker
+
+        try:
+            client.images.get(IMAGE)
+        except docker.errors.ImageNotFound:
+            if find_busybox() is None:
+                return "no sandbox image and no busybox to build one (apt-get install busybox-static)"
+        except docker.errors.DockerException as exc:
+            return f"the Docker engine does not answer: {exc}"
+        finally:
+            client.close()
+        return None
+
+    @property
+    def container_id(self) -> str:
+        return str(self._container.id)
+
+    def _run(self, command: str, timeout_s: float, max_output: int) -> ShellResult:
+        import docker
+
+        api = self._client.api
+        t0 = time.monotonic()
+        try:
+            ex = api.exec_create(self._container.id, ["/bin/sh", "-c", command], workdir=str(self.workspace),
+                                 environment=self.environ)
+            sock = api.exec_start(ex["Id"], socket=True)
+        except docker.errors.DockerException as exc:
+            return ShellResult(None, "", error=f"the container did not run the command: {exc}", backend=self.backend)
+        raw = getattr(sock, "_sock", sock)
+        cap = OutputCap(max_output, framed=True)
+        try:
+            eof, timed_out = pump(raw.fileno(), cap, t0 + timeout_s)
+        finally:  # shut the upgraded connection down: a half-read one would stall the client's next call
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        rc: int | None = None
+        if eof and not cap.truncated:
+            rc = self._exit_code(ex["Id"], t0 + timeout_s)
+            timed_out = timed_out or rc is None
+        self._sweep()
+        return ShellResult(rc, cap.text(), timed_out, cap.truncated, None, time.monotonic() - t0, self.backend)
+
+    def _exit_code(self, exec_id: str, deadline: float) -> int | None:
+        while True:
+            info = self._client.api.exec_inspect(exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.01)
+
+    def _sweep(self) -> None:
+        """Kill every process in the container but its init (``kill -9 -1`` spares PID 1 and itself)."""
+        with contextlib.suppress(Exception):
+            self._container.exec_run(["/bin/kill", "-9", "-1"])
+
+    def close(self) -> None:
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                self._container.remove(force=True)
+            self._client.close()
+        super().close()

@@ -1,0 +1,155 @@
+"""RSI/Scheduler-v0: the reference policy earns the binary reward, FCFS does not, and hostile
+policies are contained — they run in a sandbox, never in the env's process, and never touch a measurement."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rsi_env  # noqa: F401  (registers the envs)
+from rsi_env.engine import load_hardware, load_model
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.workload import Workload
+from rsi_env.envs.scheduler import SchedulerEnv
+from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.sim import sandboxed_policy, simulate
+from rsi_env.sim.policy_hook import PolicyError, PolicyKeys, request_table, simulate_policy
+from rsi_env.sim.sandboxed_policy import policy_keys
+
+# Shortest prompt first, with an aging bound: a prompt is passed over for at most 8 s.
+REFERENCE = '''
+def waiting_key(request):
+    return request.arrival_s + min(request.prompt_tokens / 1000.0, 8.0)
+
+
+def victim_key(request):
+    return request.arrival_s
+'''
+STARVING = '''
+def waiting_key(request):
+    return float(request.prompt_tokens)   # pure shortest-prompt-first: long prompts can wait forever
+
+
+def victim_key(request):
+    return request.arrival_s
+'''
+
+
+@pytest.fixture
+def env(dockerd: None):
+    e = gym.make("RSI/Scheduler-v0").unwrapped
+    e.reset(seed=0)
+    yield e
+    e.close()
+
+
+def write_policy(env: SchedulerEnv, text: str):
+    return env.step({"kind": 1, "path": "policy.py", "old": "", "new": text})
+
+
+def test_reference_policy_passes_and_fcfs_does_not(env: SchedulerEnv):
+    assert env.sandbox_backend == "docker" and env._info()["sandbox"] == "docker"
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert term and r < 1.0 and "FAIL] improvement" in obs["text"] and not info["verdict"]["passed"]
+    env.reset(seed=0)
+    obs, r, _, _, _ = write_policy(env, REFERENCE)
+    assert r > 0.2 and "auto-bench: score +0.4" in obs["text"]
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
+    assert info["verdict"]["guards"]["hidden: no request starved"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_reference_policy_passes_on_other_seeds(env: SchedulerEnv, seed: int):
+    env.reset(seed=seed)
+    write_policy(env, REFERENCE)
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert info["verdict"]["passed"], obs["text"]
+
+
+def test_a_starving_policy_fails_the_hidden_checks(env: SchedulerEnv):
+    write_policy(env, STARVING)
+    obs, _, _, _, info = env.step({"kind": 4})
+    assert not info["verdict"]["guards"]["hidden: no request starved"], obs["text"]
+    assert not info["verdict"]["passed"] and "waited" in obs["text"]
+
+
+def test_a_random_policy_fails_determinism(env: SchedulerEnv):
+    write_policy(env, "import random\n\ndef waiting_key(r):\n    return r.arrival_s + random.random()\n\n"
+                      "def victim_key(r):\n    return r.arrival_s\n")
+    obs, _, _, _, info = env.step({"kind": 4})
+    assert not info["verdict"]["guards"]["hidden: deterministic"], obs["text"]
+
+
+def test_submit_measures_the_policy_it_checks(env: SchedulerEnv):
+    """Benching a starving policy, then reverting to FCFS, must not pair the first's score with the second's checks."""
+    write_policy(env, STARVING)
+    env.step({"kind": 3})
+    write_policy(env, (CODE_DIR / "scheduler" / "policy.py").read_text())
+    obs, _, _, _, info = env.step({"kind": 4})
+    assert not info["verdict"]["passed"] and "FAIL] improvement" in obs["text"], obs["text"]
+
+
+@pytest.mark.parametrize("policy, expect", [
+    ("def waiting_key(r):\n    return float('nan')\n\ndef victim_key(r):\n    return 0.0\n", "finite number"),
+    ("def waiting_key(r):\n    raise ValueError('boom')\n\ndef victim_key(r):\n    return 0.0\n", "ValueError: boom"),
+    ("while True:\n    pass\n", "did not finish"),
+    ("def victim_key(r):\n    return 0.0\n", "must define a function waiting_key"),
+    ("import json, os\nopen('keys.json', 'w').write(json.dumps({'bursty_chat': {'waiting': [0], 'victim': [0]}}))\n"
+     "os._exit(0)\n", "keys file does not cover"),
+    ("import os\nos.system('yes')\n", "produced no keys"),
+    ("def waiting_key(r) -> float:\n    return 'soon'\n\ndef victim_key(r):\n    return 0.0\n", "could not convert"),
+])
+def test_hostile_or_broken_policies_come_back_as_errors(env: SchedulerEnv, policy: str, expect: str,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(sandboxed_policy, "KEYS_TIMEOUT_S", 2.0)
+    obs, r, term, trunc, _ = write_policy(env, policy)
+    assert expect in obs["text"] and "ERROR policy:" in obs["text"], obs["text"]
+    assert np.isfinite(r) and not term
+    obs, *_ = write_policy(env, REFERENCE)  # the env still works
+    assert "score +0.4" in obs["text"]
+
+
+def test_the_policy_never_runs_in_the_env_s_process(env: SchedulerEnv):
+    marker = f"/tmp/rsi-policy-{uuid.uuid4().hex[:8]}"
+    obs, *_ = write_policy(env, f"open({marker!r}, 'w').write('x')\n" + REFERENCE)
+    assert "score +0.4" in obs["text"]
+    assert not os.path.exists(marker)  # the sandbox's /tmp is private
+    assert "policy" not in sys.modules
+
+
+def test_shell_commands_run_in_the_episode_sandbox_and_cannot_see_hidden_checks(env: SchedulerEnv):
+    res = env._run_shell(f"cat policy.py | head -1; ls {CODE_DIR}/scheduler/hidden; echo end")
+    assert res.backend == "docker" and "end" in res.output and "checks.yaml" not in res.output
+    res = env._run_shell("rm policy.py; echo gone")
+    assert "gone" in res.output
+    obs, *_ = env.step({"kind": 3})
+    assert "policy.py" in obs["text"] and "ERROR policy:" in obs["text"]
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "local"])
+def test_every_backend_gives_the_same_keys(dockerd: None, backend: str):
+    w = Workload.from_yaml(CODE_DIR / "scheduler" / "workloads" / "bursty_chat.yaml")
+    tables = {w.name: request_table(w.trace())[:50]}
+    assert np.array_equal(policy_keys(REFERENCE, tables, backend, use_cache=False)[w.name].waiting,
+                          policy_keys(REFERENCE, tables, "docker", use_cache=False)[w.name].waiting)
+
+
+def test_arrival_keys_reproduce_the_engine_s_priority_policy():
+    model, hw = load_model("qwen2.5-7b"), load_hardware("l4")
+    w = Workload.from_yaml(CODE_DIR / "scheduler" / "workloads" / "mixed_rag.yaml")
+    arrival = w.trace().arrival_s
+    tel, _ = simulate_policy(EngineConfig(), model, hw, w, PolicyKeys(arrival, arrival))
+    assert tel == simulate(EngineConfig(scheduling_policy="priority"), model, hw, w)
+
+
+def test_keys_are_validated():
+    with pytest.raises(PolicyError, match="one number per request"):
+        PolicyKeys.parse({"waiting": [1.0], "victim": [1.0, 2.0]}, 2, "w")
+    with pytest.raises(PolicyError, match="finite"):
+        PolicyKeys.parse({"waiting": [1.0, True], "victim": [1.0, 2.0]}, 2, "w")
