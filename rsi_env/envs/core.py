@@ -251,16 +251,20 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self._set_config(self.config.replace(**{name: list(value) if isinstance(value, tuple) else value}),
                                 f"set {name} = {value}")
 
-    def _fixed_flags(self) -> set[str]:
+    def fixed_flags(self) -> set[str]:
         """Precision flags the agent may not change (the task does not allow fp8)."""
         return set() if self.task.allow_fp8 else set(self.task.precision_flags)
 
-    def _set_config(self, cfg: EngineConfig, what: str) -> list[object]:
-        changed = [f for f in self._fixed_flags() if getattr(cfg, f) != getattr(self.baseline_config, f)]
+    def check_config(self, cfg: EngineConfig) -> None:
+        """Raise (`RsiEnvError`, with the reason) if this env would refuse ``cfg``: its own rules, then vLLM's."""
+        changed = [f for f in self.fixed_flags() if getattr(cfg, f) != getattr(self.baseline_config, f)]
         if changed:
             raise RsiEnvError(f"{changed} fixed: this task keeps the model's precision (allow_fp8=False)")
         self._check_gpus(cfg)
-        cfg.resolve(self.model, self.hardware, self.tier.engine_version)  # vLLM's refusals, before any change
+        cfg.resolve(self.model, self.hardware, self.tier.engine_version)
+
+    def _set_config(self, cfg: EngineConfig, what: str) -> list[object]:
+        self.check_config(cfg)  # refusals come before any change
         self.config = cfg
         self._write_serving()
         self.text = _clean(what)
@@ -367,7 +371,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         mask[BENCH] = int(self.measurements < self.task.max_measurements)
         return {"telemetry": np.clip(tel, 0.0, _OBS_HIGH), "config": np.clip(cfg, 0.0, 1.0),
                 "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask,
-                "flag_mask": np.array([f not in self._fixed_flags() for f in self.flag_names], dtype=np.int8),
+                "flag_mask": np.array([f not in self.fixed_flags() for f in self.flag_names], dtype=np.int8),
                 "text": _clean(self.text)}
 
     def _info(self) -> dict[str, Any]:

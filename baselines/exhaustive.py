@@ -1,0 +1,46 @@
+"""Every valid configuration on a task's ladders, measured: the best any search over these ladders could find.
+
+Not a baseline (it spends thousands of measurements, not the budget): the yardstick that says whether
+a task has a configuration 10 % better than vLLM's defaults at all, on the sim tier.
+``python -m baselines.exhaustive --env RSI/Batching-v0 --seed 1000`` prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from collections.abc import Sequence
+
+from baselines.evaluator import Evaluator
+from baselines.protocol import EVAL_SEED_BASE, limit_threads, print_result_line
+from baselines.results import RunResult
+
+__all__ = ["exhaustive", "main"]
+
+
+def exhaustive(env_id: str, seed: int) -> tuple[RunResult, int]:
+    """Measure every configuration the env accepts; the result and the number of valid configurations."""
+    probe = Evaluator(env_id, seed, budget=0)
+    grid = [dict(zip(probe.flags, point, strict=True))
+            for point in itertools.product(*(range(probe.sizes[f]) for f in probe.flags))]
+    valid = [idx for idx in grid if probe.check(idx) is None]
+    probe.close()
+    ev = Evaluator(env_id, seed, budget=len(valid))
+    ev.evaluate(valid)
+    return RunResult.from_evaluator("exhaustive", ev), len(valid)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    limit_threads()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="RSI/Batching-v0")
+    p.add_argument("--seed", type=int, default=EVAL_SEED_BASE)
+    args = p.parse_args(argv)
+    result, n = exhaustive(args.env, args.seed)
+    print_result_line({"env": args.env, "seed": args.seed, "valid_configs": n,
+                       "best_improvement_pct": result.improvement_pct, "best_measured_pct": result.best_measured_pct,
+                       "config": result.config, "wall_s": result.wall_s})
+
+
+if __name__ == "__main__":
+    main()
