@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from rsi_env.engine.telemetry import Telemetry
 from rsi_env.errors import RsiEnvError
 
 __all__ = ["main"]
@@ -33,18 +34,23 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _report(tel: Telemetry, as_json: bool) -> int:
+    """Print one measurement (JSON, or a field per line); exit 3 when it failed."""
+    if as_json:
+        print(tel.to_json())
+    else:
+        for k, v in tel.to_dict().items():
+            print(f"{k:24s} {_fmt(v)}")
+    return 0 if tel.ok else 3
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from rsi_env.sim import simulate
 
     tel = simulate(_parse_sets(args.set), args.model, args.hardware, args.workload,
                    engine_version=args.engine_version, usage_context=args.usage_context,
                    calibration=args.calibration)
-    if args.json:
-        print(tel.to_json())
-    else:
-        for k, v in tel.to_dict().items():
-            print(f"{k:24s} {_fmt(v)}")
-    return 0 if tel.ok else 3
+    return _report(tel, args.json)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -64,12 +70,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
         tel = RealTier(timeout_s=args.timeout, usage_context=args.usage_context).measure(
             _parse_sets(args.set), args.model, args.hardware, args.workload)
-    if args.json:
-        print(tel.to_json())
-    else:
-        for k, v in tel.to_dict().items():
-            print(f"{k:24s} {_fmt(v)}")
-    return 0 if tel.ok else 3
+    return _report(tel, args.json)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -22,8 +22,9 @@ from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import RequestTimings, Telemetry, summarize
-from rsi_env.engine.workload import Trace, Workload, load_workload
+from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import RsiEnvError
+from rsi_env.real.schedule import run_schedule
 
 __all__ = ["EndpointTier", "parse_prometheus"]
 
@@ -124,8 +125,7 @@ class EndpointTier:
 
             sampler_task = asyncio.create_task(sampler())
             t0 = time.perf_counter()
-            tasks = await _launch(trace, one, t0)
-            await asyncio.gather(*tasks)
+            await run_schedule(trace, one, t0)
             done.set()
             await sampler_task
             after = await self._metrics(http)
@@ -160,22 +160,3 @@ class EndpointTier:
         except Exception:  # a server without /metrics still gives latencies
             return {}
 
-
-async def _launch(trace: Trace, one: Any, t0: float) -> list[asyncio.Task[None]]:
-    """Start request tasks on the trace's schedule (open loop) or as slots free up (closed loop)."""
-    n = len(trace)
-    if trace.closed_concurrency:
-        queue = iter(range(n))
-
-        async def worker() -> None:
-            for i in queue:
-                await one(i, t0)
-
-        return [asyncio.create_task(worker()) for _ in range(min(trace.closed_concurrency, n))]
-    tasks = []
-    for i in range(n):
-        delay = float(trace.arrival_s[i]) - (time.perf_counter() - t0)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i, t0)))
-    return tasks

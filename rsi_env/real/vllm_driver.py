@@ -29,6 +29,7 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
+from rsi_env.real.schedule import run_schedule
 
 __all__ = ["main"]
 
@@ -103,25 +104,7 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str,
     before = _metric_values()
     sampler_task = asyncio.create_task(sampler())
     t0 = time.perf_counter()
-    if trace.closed_concurrency:
-        next_i = 0
-
-        async def worker() -> None:
-            nonlocal next_i
-            while next_i < n:
-                i = next_i
-                next_i += 1
-                await one(i, t0)
-
-        await asyncio.gather(*(worker() for _ in range(min(trace.closed_concurrency, n))))
-    else:
-        tasks = []
-        for i in range(n):
-            delay = float(trace.arrival_s[i]) - (time.perf_counter() - t0)
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i, t0)))
-        await asyncio.gather(*tasks)
+    await run_schedule(trace, one, t0)
     done.set()
     await sampler_task
     after = _metric_values()
