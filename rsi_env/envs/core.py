@@ -51,7 +51,35 @@ def _clean(text: str) -> str:
 
 
 class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
-    """Base class of every `RSI/*` environment; subclasses carry the task id and their spec sheet."""
+    """Base class of every `RSI/*` environment; subclasses carry the task id and their spec sheet.
+
+    The sections every ``RSI/*`` env shares:
+
+    ## Arguments
+
+    ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
+    auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
+    max_measurements=None, shell_timeout_s=10.0)``: ``model``/``hardware`` default to the task's;
+    ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
+    on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
+    does the same per episode); ``allow_fp8`` and ``max_measurements`` override the task's.
+
+    ## Action Space
+
+    DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag`` (index into
+    ``env.unwrapped.flag_names``), ``value`` in [0, 1] (the nearest value on the flag's ladder),
+    ``path``/``old``/``new`` (edit an editable file, ``serving.yaml`` at least; ``old == ""`` writes it
+    whole) and ``command`` (run in the workspace's sandbox, with a timeout and capped output).
+    ``flag_action(name, value)`` builds a flag action.
+
+    ## Observation Space
+
+    ``telemetry`` (12 fields: rates and latencies as ratios to vLLM's defaults, preemptions as
+    ``log1p``, hit rate and KV usage raw), ``config`` (each flag's position on its ladder),
+    ``budget`` (steps and measurements left, as fractions), ``action_mask`` (bench is masked once the
+    measurement budget is spent), ``flag_mask`` (precision flags the task fixes are masked), and
+    ``text`` (the last command's output, error or verdict).
+    """
 
     metadata = {"render_modes": ["ansi"]}
     task_id: str = ""

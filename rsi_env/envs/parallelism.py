@@ -19,28 +19,11 @@ class ParallelismEnv(RsiEnv):
     ``max_num_seqs`` and the token budget: more replicas add throughput, more tensor parallelism cuts
     latency but adds all-reduces. The objective is the cost per million output tokens of requests that
     meet TTFT <= 5 s and TPOT <= 60 ms, lower is better; the start is tensor_parallel_size=8.
-    ## Arguments
 
-    ``gym.make("RSI/Parallelism-v0", tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
-    auto_bench=None, seed=None, engine_version="0.26")``: ``model``/``hardware`` default to the
-    task's (llama-3.1-70b on h200); ``workloads`` replaces the task's list (frozen names or YAML paths);
-    ``auto_bench`` (on by default on sim) measures after every change; ``seed`` offsets the
-    workloads' seeds (``reset(seed=...)`` does the same per episode).
+    ## Arguments, Action Space, Observation Space
 
-    ## Action Space
-
-    DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag`` (index into
-    ``env.unwrapped.flag_names``), ``value`` in [0, 1] (the nearest value on the flag's ladder),
-    ``path``/``old``/``new`` (edit ``serving.yaml``; ``old == ""`` writes it whole) and ``command``
-    (run in the workspace under bubblewrap, 10 s, 16 KiB of output). ``flag_action(name, value)``
-    builds a flag action.
-
-    ## Observation Space
-
-    ``telemetry`` (12 fields: rates and latencies as ratios to vLLM's defaults, preemptions as
-    ``log1p``, hit rate and KV usage raw), ``config`` (each flag's position on its ladder),
-    ``budget`` (steps and measurements left, as fractions), ``action_mask`` (bench is masked once the
-    measurement budget is spent), ``flag_mask``, and ``text`` (the last command's output, error or verdict).
+    As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
+    llama-3.1-70b on h200.
 
     ## Rewards
 
