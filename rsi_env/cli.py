@@ -108,6 +108,29 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rsi_env.evaluate import STAGES, evaluate, load_plan
+    from rsi_env.evaluate.report import render_markdown
+
+    plan = load_plan(args.plan)
+    if args.out:
+        import dataclasses
+        from pathlib import Path
+
+        plan = dataclasses.replace(plan, out=Path(args.out))
+    stages = STAGES if args.stage == "all" else (args.stage,)
+    rep = evaluate(plan, stages, gpus=[g for g in args.gpus.split(",") if g.strip()], deadline_s=args.deadline_s)
+    if rep is None:
+        print(f"{', '.join(stages)}: done ({plan.candidates if 'search' in stages else plan.out})")
+    elif args.json:
+        from rsi_env.evaluate.report import finite
+
+        print(json.dumps(finite(rep), indent=1))
+    else:
+        print(render_markdown(rep))
+    return 0
+
+
 def _measure_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--model", required=True, help="catalog id or path to a Hugging Face config.json")
     s.add_argument("--hardware", required=True, help="catalog id, e.g. h200")
@@ -154,6 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_calibrate)
+
+    e = sub.add_parser("eval", help="two-tier evaluation: search on sim, promote the best to real, report")
+    e.add_argument("--plan", required=True, help="configs/eval/<plan>.yaml")
+    e.add_argument("--stage", choices=("all", "search", "promote", "report"), default="all")
+    e.add_argument("--gpus", default="", help="promote: GPU ids to measure on in parallel, e.g. 0,1")
+    e.add_argument("--deadline-s", type=float, default=None, help="promote: seconds from now (default: the plan's)")
+    e.add_argument("--out", default=None, help="folder for real.jsonl and the report (default: the plan's out)")
+    e.add_argument("--json", action="store_true", help="report: print it as JSON")
+    e.set_defaults(func=_cmd_eval)
     return p
 
 

@@ -23,6 +23,7 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Arrival, Workload, load_workload
 from rsi_env.envs.measure import get_tier
+from rsi_env.envs.promotion import Promoter
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import InvalidConfigError, RsiEnvError, WorkloadError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
@@ -59,10 +60,14 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
-    max_measurements=None, shell_timeout_s=10.0)``: ``model``/``hardware`` default to the task's;
+    max_measurements=None, shell_timeout_s=10.0, promote_on_submit=False)``: ``model``/``hardware`` default to the task's;
     ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
     on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
-    does the same per episode); ``allow_fp8`` and ``max_measurements`` override the task's.
+    does the same per episode); ``allow_fp8`` and ``max_measurements`` override the task's;
+    ``promote_on_submit`` (sim tier only) re-measures the submitted configuration and vLLM's defaults
+    on the real tier at submit, and the binary reward's guards — the output guard among them — are
+    judged on those real measurements (`rsi_env.envs.promotion`); the continuous reward stays on sim,
+    and ``info["promotion"]`` holds both tiers' scores and the real telemetry.
 
     ## Action Space
 
@@ -88,7 +93,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
                  auto_bench: bool | None = None, seed: int | None = None, engine_version: str = "0.26",
                  num_gpus: int | None = None, allow_fp8: bool | None = None, max_measurements: int | None = None,
-                 shell_timeout_s: float = 10.0,
+                 shell_timeout_s: float = 10.0, promote_on_submit: bool = False,
                  render_mode: str | None = None) -> None:
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
         if allow_fp8 is not None:
@@ -101,8 +106,11 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                        "max_steps": max_steps, "auto_bench": auto_bench, "seed": seed,
                        "engine_version": engine_version, "num_gpus": num_gpus, "allow_fp8": allow_fp8,
                        "max_measurements": max_measurements,
-                       "shell_timeout_s": shell_timeout_s}
+                       "shell_timeout_s": shell_timeout_s, "promote_on_submit": promote_on_submit}
         self.tier_name = tier
+        if promote_on_submit and tier != "sim":
+            raise RsiEnvError("promote_on_submit promotes a sim-tier search to the real tier: use tier='sim'")
+        self.promoter = Promoter() if promote_on_submit else None
         self.tier = get_tier(tier, engine_version)
         self.model = load_model(model or t.default_model)
         self.hardware = load_hardware(hardware or t.default_hardware)
@@ -162,6 +170,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.episode_seed: int | None = None
         self.done = False
         self.verdict: Verdict | None = None
+        self.promotion: dict[str, Any] | None = None
 
     def _seeded(self, seed: int) -> list[Workload]:
         return [replace(w, seed=w.seed + seed) for w in self._base_workloads]
@@ -367,7 +376,27 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                                         self.workloads, seen, s)
         self.done = True
         self.text = _clean(self.verdict.summary())
+        if self.promoter is not None:
+            self.verdict = self._promote(seen, self.verdict)
         return events + [SubmitEvent(self.verdict)]
+
+    def _promote(self, seen: list[Workload | None], sim_verdict: Verdict) -> Verdict:
+        """Measure the submitted configuration and the defaults on real; the verdict there (see promotion.py)."""
+        assert self.promoter is not None
+        p = self.promoter
+        fresh = not p.has_baseline(self.baseline_config, self.model, self.hardware, self.workloads)
+        base = p.baseline(self.baseline_config, self.model, self.hardware, self.workloads)
+        real = base if self.config == self.baseline_config else p.measure(self.config, self.model, self.hardware,
+                                                                          self.workloads)
+        rs = score(real.tels, base.tels, self.task)
+        outputs = None if self.task.allow_fp8 else p.outputs(base, real)
+        verdict = check_submission(self.task, self.config, self.baseline_config, real.tels, self.workloads, seen,
+                                   rs, outputs)
+        gpu_s = (base.gpu_s if fresh else 0.0) + (real.gpu_s if real is not base else 0.0)
+        self.promotion = p.info(self.last_score, rs, sim_verdict.passed, real, base, outputs, gpu_s)
+        self.text = _clean(f"sim: {sim_verdict.summary()}\npromoted to real ({self._tel_text(real.tels)}):\n"
+                           + verdict.summary())
+        return verdict
 
     # ---- observation --------------------------------------------------------------------------------
     def _gpus(self, cfg: EngineConfig) -> int:
@@ -407,7 +436,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 "best_score": self.best_score, "measurements": self.measurements, "steps": self.steps,
                 "telemetry": [t.to_dict() for t in self.last_tels],
                 "verdict": None if self.verdict is None else {
-                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}}}
+                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}},
+                "promotion": self.promotion}
 
     def _tel_text(self, tels: list[Telemetry]) -> str:
         parts = []
