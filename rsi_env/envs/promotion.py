@@ -71,6 +71,11 @@ class Promoter:
         m = self._base.get(self._key(cfg, model, hw, workloads))
         return m is not None and all(t.ok for t in m.tels)
 
+    def remember_baseline(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
+                          workloads: Sequence[Workload], measurement: RealMeasurement) -> None:
+        """Use a real measurement of the defaults made elsewhere (e.g. by a promote stage) instead of measuring."""
+        self._base[self._key(cfg, model, hw, workloads)] = measurement
+
     def baseline(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                  workloads: Sequence[Workload]) -> RealMeasurement:
         """vLLM's defaults on real for these workloads, measured once per env (again if it failed)."""

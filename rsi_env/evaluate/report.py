@@ -61,7 +61,7 @@ def build_report(plan: EvalPlan, doc: dict[str, Any] | None = None,
             "gpu_s": r.get("gpu_s") if r else None, "startup_s": r.get("startup_s") if r else None,
             "outputs": None, "probe": entry["name"] in probes,
         }
-        if r and d_real and entry["name"] != "defaults":
+        if r and d_real and entry["name"] != "defaults" and not r.get("error") and not d_real.get("error"):
             g = output_guard(d_real.get("output_token_ids") or {}, r.get("output_token_ids") or {},
                              plan.promote.min_agreement)
             row["outputs"] = {"ok": g.ok, "reason": g.reason}
@@ -113,7 +113,8 @@ def render_markdown(rep: dict[str, Any]) -> str:
     head = ["config", "flags", *[f"{w} sim / real ({rep['metric']}, SLO-adj.)" for w in ws],
             "score sim / real (%)", "outputs", "real error"]
     lines = [f"## Two-tier evaluation: {rep['plan']} ({rep['env']}, {rep['model']} on {rep['hardware']}, "
-             f"vLLM {rep['vllm_version']})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             f"real: vLLM {rep['vllm_version']}; sim: vLLM {rep['sim_engine_version']}, calibration "
+             f"{rep['calibration']})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rep["rows"]:
         cells = [r["name"] + (" (probe)" if r["probe"] else ""), "`" + json.dumps(r["flags"], separators=(",", ":")) + "`"]
         for w in ws:
@@ -122,7 +123,8 @@ def render_markdown(rep: dict[str, Any]) -> str:
         cells.append(f"{_f(_pct(r['sim_score']), '{:+.1f}')} / {_f(_pct(r['real_score']), '{:+.1f}')}")
         g = r["outputs"]
         cells.append("—" if g is None else ("ok" if g["ok"] else "FAIL") + f" ({g['reason'].split(' sampled')[0]})")
-        cells.append(r["real_error"] or ("" if r["measured"] else "not measured"))
+        err = r["real_error"] or ("" if r["measured"] else "not measured")
+        cells.append(err if len(err) <= 120 else err[:117] + "...")
         lines.append("| " + " | ".join(cells) + " |")
     fi, im, co = rep["fidelity"], rep["improvement"], rep["cost"]
     rho, best = _f(fi["spearman"], "{:.3f}"), _f(im["best_real_pct"], "{:+.1f}")
