@@ -135,8 +135,9 @@ def reference(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_workspace(files: Mapping[str, str], job: Mapping[str, Any], backend: str,
-                  timeout_s: float = TIMEOUT_S) -> WorkspaceRun:
+                  timeout_s: float | None = None) -> WorkspaceRun:
     """Run ``job`` on the workspace's engine modules in a fresh sandbox; never raises for what they do."""
+    timeout_s = TIMEOUT_S if timeout_s is None else timeout_s
     missing = [f for f in ENGINE_FILES if f not in files]
     if missing:
         return WorkspaceRun({}, f"{missing} missing from the workspace (write them again with an edit, old='')")
@@ -271,17 +272,14 @@ def _telemetry(raw: Any) -> Telemetry:
 
 def bench(files: Mapping[str, str], cfg: EngineConfig, model: str, hardware: str, workloads: Sequence[Workload],
           backend: str, engine_version: str = "0.26") -> BenchResult:
-    """Measure the workspace's engine on ``workloads`` in a fresh sandbox (remembered by the file texts)."""
+    """Measure the workspace's engine on ``workloads`` in a fresh sandbox."""
     job = {"pkg_root": PKG_ROOT, "runs": [
         {"name": w.name, "config": cfg.to_dict(only_set=True), "model": model, "hardware": hardware,
          "engine_version": engine_version, "workload": w.to_dict()} for w in workloads]}
-    key = hashlib.sha256(json.dumps([{f: files.get(f) for f in ENGINE_FILES}, backend, job], sort_keys=True,
-                                    default=str).encode()).hexdigest()
-    if key in _BENCH:
-        return _BENCH[key]
     got = run_workspace(files, job, backend)
     if got.error is not None:
-        return BenchResult([Telemetry.failed(f"crash: {got.error}") for _ in workloads], [got.error])
+        head = got.error.splitlines()[0]
+        return BenchResult([Telemetry.failed(f"crash: {head}") for _ in workloads], [got.error])
     tels, symptoms = [], []
     runs = got.out.get("runs", [])
     for k, w in enumerate(workloads):
@@ -297,11 +295,4 @@ def bench(files: Mapping[str, str], cfg: EngineConfig, model: str, hardware: str
                 symptoms.append(f"{w.name}: KV cache after every request finished: {why}")
             if isinstance(o.get("unfinished"), int) and o["unfinished"]:
                 symptoms.append(f"{w.name}: {o['unfinished']} requests never finished")
-    result = BenchResult(tels, symptoms)
-    _BENCH[key] = result
-    if len(_BENCH) > 256:
-        _BENCH.popitem(last=False)
-    return result
-
-
-_BENCH: OrderedDict[str, BenchResult] = OrderedDict()
+    return BenchResult(tels, symptoms)

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from rsi_env.bugs.checks import CHECKS_FILE, HARNESS, bench, check_workspace
+from rsi_env.bugs.checks import CHECKS_FILE, HARNESS, BenchResult, bench, check_workspace
 from rsi_env.bugs.mutations import MUTATIONS_FILE, apply_mutations, load_mutations
 from rsi_env.bugs.templates import clean_workspace
 from rsi_env.engine.config import EngineConfig
@@ -129,11 +129,16 @@ def generate(seed: int, backend: str = "auto") -> Instance:
 def _distance(files: dict[str, str], clean: dict[str, str], ids: Sequence[str], backend: str) -> int:
     ws = task_workloads()
     got = bench(files, EngineConfig(), "qwen2.5-7b", "l4", ws, backend)
-    ref = bench(clean, EngineConfig(), "qwen2.5-7b", "l4", ws, backend)
+    if backend not in _CLEAN_BENCH:
+        _CLEAN_BENCH[backend] = bench(clean, EngineConfig(), "qwen2.5-7b", "l4", ws, backend)
+    ref = _CLEAN_BENCH[backend]
     if not got.symptoms and got.telemetry == ref.telemetry:
         return 2
     muts = load_mutations()
     return 0 if all(muts[i].file == "engine.py" for i in ids) else 1
+
+
+_CLEAN_BENCH: dict[str, BenchResult] = {}
 
 
 @cache

@@ -2,6 +2,7 @@
 
 import config
 import engine
+
 from rsi_env.engine.config import EngineConfig as PackageConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
