@@ -139,7 +139,8 @@ class Evaluator:
         if not todo:
             return out
         tels = self.measurer(self.env, [c for _, _, c in todo])
-        for (k, idx, _), t in zip(todo, tels, strict=True):
+        for (k, idx, cfg), t in zip(todo, tels, strict=True):
+            self.env.cost.add(self.env.tier_name, t, cfg, self.env.hardware)  # GPU-seconds per tier, with the env's
             s = score(t, self.env.base_tels, self.env.task)
             self._seen[tuple(sorted(idx.items()))] = s
             self.trials.append(Trial(idx, s, True))

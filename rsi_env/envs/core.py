@@ -29,6 +29,7 @@ from rsi_env.errors import InvalidConfigError, RsiEnvError, WorkloadError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict
 from rsi_env.sandbox import EditError, ShellResult, Workspace, run_shell
+from rsi_env.store.cost import CostMeter
 from rsi_env.store.record import record_episode, recording
 
 __all__ = ["RsiEnv", "KIND_NAMES", "OBS_FIELDS"]
@@ -174,6 +175,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._recorded = True  # nothing to record until an action is taken
         self.warm_proposals: list[dict[str, Any]] = []
         self.config_at_reset: dict[str, Any] = {}
+        self.cost = CostMeter()  # GPU-seconds and USD per tier, the baseline's measurement included
 
     def _seeded(self, seed: int) -> list[Workload]:
         return [replace(w, seed=w.seed + seed) for w in self._base_workloads]
@@ -201,6 +203,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.workspace.write("TASK.md", self._task_text())
         with self._recording():
             self.base_tels = self.tier.measure_all(self.baseline_config, self.model, self.hardware, self.workloads)
+        self.cost.add(self.tier_name, self.base_tels, self.baseline_config, self.hardware)
         self.last_tels = list(self.base_tels)
         self.text = _clean(f"{self.task.id}: {self.task.summary}\nbaseline measured: "
                            + self._tel_text(self.base_tels))
@@ -359,6 +362,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return []
         self.measurements += 1
         tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+        self.cost.add(self.tier_name, tels, self.config, self.hardware)
         self.last_tels = tels
         self.measured_config = self.config
         s = score(tels, self.base_tels, self.task)
@@ -378,6 +382,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             events += self._do_bench(explicit=True)
             if self.measured_config != self.config:  # the budget was spent: verify anyway, charged, never paid
                 self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+                self.cost.add(self.tier_name, self.last_tels, self.config, self.hardware)
                 self.last_score = score(self.last_tels, self.base_tels, self.task)
                 gpu_s = sum(t.duration_s * self._gpus(self.config) for t in self.last_tels if t.ok)
                 events.append(MeasureEvent(-math.inf, gpu_s))
@@ -473,7 +478,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             record_episode(self.state(), episode_id=self.episode_id, best_score=self.best_score, steps=self.steps,
                            measurements=self.measurements,
                            extra={"model": self.model.name, "hardware": self.hardware.name, "tier": self.tier_name,
-                                  "warm_start": self.warm_proposals})
+                                  "warm_start": self.warm_proposals, "cost": self.cost.to_dict()})
 
     def _apply_warm_start(self) -> None:
         """Start from the given configuration, or from the store's best proposal for this context."""
