@@ -23,6 +23,7 @@ from rsi_env.errors import InvalidConfigError, RsiEnvError
 from rsi_env.real.tier import RealTier
 from rsi_env.sim import simulate
 from rsi_env.sim.calibration import Calibration, load_calibration
+from rsi_env.store.db import default_store_url
 from rsi_env.store.record import record_measurements
 
 __all__ = ["CachedSimTier", "get_tier"]
@@ -39,6 +40,7 @@ class CachedSimTier:
         self._cache: OrderedDict[str, Telemetry] = OrderedDict()
         self.capacity = capacity
         self.hits = self.misses = 0
+        self._store_url: str | None = None
 
     def calibration(self, hw: HardwareSpec) -> Calibration:
         return self._cal or load_calibration(hw.name, self.engine_version)
@@ -70,6 +72,10 @@ class CachedSimTier:
     def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                     workloads: Sequence[Workload]) -> list[Telemetry]:
         """Every workload; what was simulated now (not cache hits) goes to the experience store, one trial."""
+        url = default_store_url()
+        if url != self._store_url:  # another store: what it lacks is simulated (and recorded) again
+            self._cache.clear()
+            self._store_url = url
         done = [self._measure(cfg, model, hw, w) for w in workloads]
         new = [k for k, (_, key) in enumerate(done) if key is not None]
         if new:
