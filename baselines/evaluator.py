@@ -78,6 +78,8 @@ class Evaluator:
     budget: int
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     measurer: Measurer = local_measurer
+    # Proposals from experience (`baselines.warm_start.warm_indices`) that searches try first; empty: a cold start.
+    warm: list[dict[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.env: RsiEnv = rsi_env_of(gym.make(self.env_id, **dict(self.env_kwargs)))

@@ -36,8 +36,7 @@ from rsi_env.store.record import config_key, hardware_features, workload_stats
 
 __all__ = ["FEATURES", "Proposal", "context_features", "distance", "propose", "snap_to_ladders"]
 
-FEATURES = ("params_b", "kv_bytes_per_token", "memory_gb", "mem_bw_tbs", "prompt_mean", "output_mean", "rate",
-            "concurrency")
+FEATURES = ("weight_stream_ms", "kv_capacity_ktokens", "prompt_mean", "output_mean", "rate", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -53,9 +52,18 @@ class Proposal:
 
 def context_features(model_features: Mapping[str, float], hw_features: Mapping[str, float],
                      stats: Mapping[str, Any]) -> dict[str, float]:
-    """The point of a (model, hardware, workload) in the warm-start feature space (raw values)."""
-    return {"params_b": float(model_features["params_b"]), "kv_bytes_per_token": float(model_features["kv_bytes_per_token"]),
-            "memory_gb": float(hw_features["memory_gb"]), "mem_bw_tbs": float(hw_features["mem_bw_tbs"]),
+    """The point of a (model, hardware, workload) in the warm-start feature space (raw values).
+
+    The model's parameter count and KV bytes per token meet the chip's bandwidth and memory in the two
+    quantities that set a serving engine's regime: the time to stream the weights once (a decode step's
+    floor) and how many tokens of KV cache fit beside the weights. Chip or model alone says less: an 8B
+    model on a slow chip batches like a 70B one on a fast chip.
+    """
+    params_b = float(model_features["params_b"])
+    weights_gb = 2.0 * params_b  # bf16
+    return {"weight_stream_ms": weights_gb / float(hw_features["mem_bw_tbs"]),
+            "kv_capacity_ktokens": max(float(hw_features["memory_gb"]) - weights_gb, 1.0) * 1e6
+            / float(model_features["kv_bytes_per_token"]),
             "prompt_mean": float(stats["prompt_mean"]), "output_mean": float(stats["output_mean"]),
             "rate": float(stats["rate"]), "concurrency": float(stats["concurrency"])}
 
@@ -108,7 +116,7 @@ def _contexts(rows: list[dict[str, Any]], task: Task) -> list[tuple[dict[str, fl
 
 def propose(store: ExperienceStore, task: Task, model: ModelSpec, hardware: HardwareSpec,
             workloads: Sequence[Workload], *, engine_version: str = "0.26", tier: str = "sim", n: int = 5,
-            k: int = 4, exclude: Sequence[tuple[str, str]] = (), flags: Sequence[str] | None = None,
+            k: int = 6, exclude: Sequence[tuple[str, str]] = (), flags: Sequence[str] | None = None,
             refuse: Callable[[dict[str, Any]], str | None] | None = None) -> list[Proposal]:
     """Up to ``n`` proposals for ``task`` on (``model``, ``hardware``, ``workloads``), best estimate first.
 
@@ -125,38 +133,49 @@ def propose(store: ExperienceStore, task: Task, model: ModelSpec, hardware: Hard
         return []
     configs = {r["config_key"]: r["config"] for r in rows}
     hf = hardware_features(hardware)
-    per_workload: list[dict[str, tuple[float, float, int, set[str], float]]] = []
+    start = config_key(snap_to_ladders(task.start, task, flags))  # the defaults are measured anyway: no proposal
+    # Per target workload: each configuration's regret (log ratio to the context's best) in the k nearest contexts,
+    # inverse-square-distance weighted; a context that did not measure it counts its typical (median) regret.
+    est: dict[str, float] = defaultdict(float)
+    support: dict[str, set[str]] = defaultdict(set)
+    dist: dict[str, float] = {}
+    near_best: list[tuple[float, str]] = []  # (distance, config key): each near context's own best
     for w in workloads:
         target = context_features(model.features, hf, workload_stats(w))
         near = sorted(((distance(target, f), name, sc) for f, name, sc in contexts), key=lambda x: x[0])[:k]
-        acc: dict[str, list[Any]] = defaultdict(lambda: [0.0, 0.0, 0, set(), 0.0])
+        total = sum(1.0 / (d + 0.1) ** 2 for d, _, _ in near)
+        keys = set().union(*(sc for _, _, sc in near))
         for d, name, sc in near:
-            wt = 1.0 / (d + 0.1)
-            for ck, s in sc.items():
-                if not math.isfinite(s):
-                    s = -5.0  # a failure in a neighbour counts as very bad, not as unknown
-                a = acc[ck]
-                a[0] += wt * s
-                a[1] += wt
-                a[2] += 1
-                a[3].add(name)
-                a[4] += d
-        per_workload.append({ck: (a[0] / a[1], a[1], a[2], a[3], a[4] / a[2]) for ck, a in acc.items()})
-    start = config_key(snap_to_ladders(task.start, task, flags))  # the defaults are measured anyway: no proposal
+            wt = 1.0 / (d + 0.1) ** 2 / total
+            finite = sorted(max(v, -5.0) for v in sc.values())
+            top = finite[-1]
+            typical = finite[len(finite) // 2] - top
+            for ck in keys:
+                if ck in sc:
+                    est[ck] += wt * (max(sc[ck], -5.0) - top) / len(workloads)
+                    support[ck].add(name)
+                    dist[ck] = min(dist.get(ck, math.inf), d)
+                else:
+                    est[ck] += wt * typical / len(workloads)
+            near_best.append((d, max(sc, key=lambda c: sc[c])))
     merged: dict[str, Proposal] = {}
-    for ck in set().union(*per_workload):
-        seen = [pw[ck] for pw in per_workload if ck in pw]
-        # A configuration no neighbour measured for some target workload is ranked on what is known, discounted.
-        est = sum(s[0] for s in seen) / len(seen) - 0.05 * (len(per_workload) - len(seen))
+    for ck, e in est.items():
         cfg = snap_to_ladders(configs[ck], task, flags)
         tag = config_key(cfg)
         if tag == start:
             continue
-        prop = Proposal(cfg, est, max(s[2] for s in seen), sum(s[4] for s in seen) / len(seen),
-                        tuple(sorted(set().union(*(s[3] for s in seen)))))
-        if tag not in merged or est > merged[tag].estimate:
+        prop = Proposal(cfg, e, len(support[ck]), dist.get(ck, math.inf), tuple(sorted(support[ck])))
+        if tag not in merged or e > merged[tag].estimate:
             merged[tag] = prop
+    by_key = {ck: config_key(snap_to_ladders(configs[ck], task, flags)) for ck in est}
     ranked = sorted(merged.values(), key=lambda p: (-p.estimate, -p.support, config_key(p.config)))
+    # Hedge across regimes: after the best estimate, the best of each near context (nearest first), then the rest.
+    firsts = [merged[by_key[ck]] for _, ck in sorted(near_best, key=lambda x: x[0]) if by_key[ck] in merged]
+    ordered: list[Proposal] = []
+    for p in ranked[:1] + firsts + ranked[1:]:
+        if p not in ordered:
+            ordered.append(p)
+    ranked = ordered
     out = []
     for p in ranked:
         if refuse is not None and refuse(p.config) is not None:
