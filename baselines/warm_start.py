@@ -19,9 +19,10 @@ from baselines.evaluator import Evaluator
 from rsi_env.envs.core import RsiEnv
 from rsi_env.store import ExperienceStore, default_store
 from rsi_env.store.warm_start import propose
-from rsi_env.wrappers.ladders import free_flags, ladder, position
+from rsi_env.errors import InvalidConfigError
+from rsi_env.wrappers.ladders import config_at, free_flags, ladder, position, refusal, rsi_env_of
 
-__all__ = ["proposal_indices", "warm_agent", "warm_indices"]
+__all__ = ["env_warm_indices", "proposal_indices", "warm_agent", "warm_indices"]
 
 
 def proposal_indices(env: RsiEnv, configs: Sequence[dict[str, Any]]) -> list[dict[str, int]]:
@@ -39,29 +40,44 @@ def proposal_indices(env: RsiEnv, configs: Sequence[dict[str, Any]]) -> list[dic
     return out
 
 
-def warm_indices(ev: Evaluator, store: ExperienceStore | None = None, n: int = 5,
-                 exclude: Sequence[tuple[str, str]] = ()) -> list[dict[str, int]]:
-    """Up to ``n`` proposals for ``ev``'s env from ``store`` (default: the process's store) that it would accept."""
+def env_warm_indices(env: RsiEnv, store: ExperienceStore | None = None, n: int = 5,
+                     exclude: Sequence[tuple[str, str]] = ()) -> list[dict[str, int]]:
+    """Up to ``n`` proposals for ``env``'s context from ``store`` (default: the process's) that ``env`` accepts."""
     st = store if store is not None else default_store()
     if st is None:
         return []
-    env = ev.env
     props = propose(st, env.task, env.model, env.hardware, env.workloads, engine_version=env.tier.engine_version,
                     tier=env.tier_name, n=n * 3, exclude=exclude, flags=free_flags(env))
-    out = []
+    out: list[dict[str, int]] = []
     for idx in proposal_indices(env, [p.config for p in props]):
-        if ev.check(idx) is None and idx not in out:
+        try:
+            refused = refusal(env, config_at(env, idx, env.baseline_config))
+        except InvalidConfigError as exc:
+            refused = str(exc)
+        if refused is None and idx not in out:
             out.append(idx)
     return out[:n]
 
 
-def warm_agent(agent: Agent, proposals: Sequence[dict[str, int]]) -> Agent:
-    """``agent`` whose first actions on a `DirectSetting` view are the proposals (then the agent's own)."""
-    queue = list(proposals)
+def warm_indices(ev: Evaluator, store: ExperienceStore | None = None, n: int = 5,
+                 exclude: Sequence[tuple[str, str]] = ()) -> list[dict[str, int]]:
+    """`env_warm_indices` for an `Evaluator`'s env: what its searches take as ``ev.warm``."""
+    return env_warm_indices(ev.env, store, n, exclude)
+
+
+def warm_agent(agent: Agent, store: ExperienceStore | None = None, n: int = 5) -> Agent:
+    """``agent`` on a `DirectSetting` view whose first actions are the store's proposals for the episode's context.
+
+    The proposals are computed at the episode's first action (the env has been reset: its workloads are known).
+    """
+    queue: list[dict[str, int]] | None = None
 
     def act(obs: Any, env: Any) -> Any:
+        nonlocal queue
+        rsi = rsi_env_of(env)
+        if queue is None:
+            queue = env_warm_indices(rsi, store, n)
         if queue:
-            rsi = env.unwrapped
             idx = queue.pop(0)
             start = proposal_indices(rsi, [{}])[0]
             return np.array([idx.get(f, start.get(f, 0)) for f in rsi.flag_names] + [0], dtype=np.int64)

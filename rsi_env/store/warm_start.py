@@ -1,20 +1,22 @@
 """Warm starts: starting configurations for a new (model, hardware, workload) from the nearest experience.
 
-Experience is grouped into *contexts* — one (model, hardware, vLLM version, workload) that was
-measured with the task's starting configuration and others. In each context every configuration
-gets the task's own objective against that context's baseline (`workload_score`: a log ratio, so
-contexts of different scale compare). A context sits at a point of a feature space — the model's
-parameter count and KV bytes per token, the chip's memory and bandwidth, the workload's prompt and
-output lengths, its arrival rate and concurrency — on log scales, so that "twice as large" is one
-distance whatever the unit. For each of the target's workloads the ``k`` nearest contexts vote:
-a configuration's estimate is the inverse-distance-weighted mean of its score in the contexts that
-measured it, averaged over the target's workloads. The best estimates, translated to the target
-task's ladders (each flag's value snapped to the nearest rung; flags the task does not tune are
-dropped) and filtered by what the target would refuse, are the proposals.
+Experience is grouped into *contexts* — one (model, hardware, vLLM version, workload) measured with
+the task's starting configuration and others. In each context every configuration gets the task's
+own objective against that context's baseline (`workload_score`, a log ratio), taken relative to
+the context's best: its *regret*, comparable across contexts whose gains differ by orders of
+magnitude (an SLO a slow chip misses by far makes every fix look huge). A context is a point in a
+feature space built from the model's parameter count and KV bytes per token, the chip's memory and
+bandwidth, and the workload's prompt and output lengths, arrival rate and concurrency (see
+:func:`context_features`), on ``log1p`` scales. For each target workload the ``k`` nearest contexts
+vote, weighted by inverse squared distance; a context that never measured a configuration counts
+its median regret. The proposals are the best estimate, then each near context's own best (nearest
+first: a hedge when the target sits between regimes), then the rest by estimate — each translated
+to the target task's ladders (numbers snapped to the nearest rung on a log scale; flags the task
+does not tune dropped) and filtered by what the target would refuse.
 
 Values are carried over as they are (no rescaling of ``max_num_seqs`` by memory, say): the ladders
-are coarse, and the neighbours' own best values already reflect their chips. Nothing here is used
-unless asked for (``warm_start=True``): the default behaviour of every env and search is unchanged.
+are coarse and the neighbours' own best values already reflect their chips. Nothing here runs
+unless asked for (``warm_start=True``, ``Evaluator.warm``): every env and search is unchanged by default.
 """
 
 from __future__ import annotations
