@@ -3,8 +3,9 @@
 Per baseline: the mean and per-seed improvement over vLLM's defaults (what the agent keeps: its
 best configuration or the defaults), the best configuration measured (which can be worse than the
 defaults), measurements used, wall seconds, and the GPU-seconds the run's measurements took (on the
-sim tier: would have taken on the real engine, the baseline's included) with their cost in USD. The plot is the best score measured so far against
-the number of measurements, averaged over seeds, as a change from vLLM's defaults.
+sim tier: would have taken on the real engine, the baseline's included) with their cost in USD. The
+plot is the best score measured so far against the number of measurements, averaged over seeds, as a
+change from vLLM's defaults.
 """
 
 from __future__ import annotations

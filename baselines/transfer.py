@@ -6,8 +6,8 @@ included — twice per seed: cold, and warm-started from the store's proposals (
 The target runs record nothing (the store holds the sources only, so no seed learns from another
 seed of the same target). For each (target, seed) the best known objective is the best that any
 run measured (every search, cold and warm); a run's *measurements to 95 %* is the first measurement
-whose objective reached 95 % of it (``score >= best + log 0.95``: the scores are log ratios). Prints a markdown table and writes
-``OUT/transfer.{md,json}``.
+whose objective reached 95 % of it (``score >= best + log 0.95``: the scores are log ratios).
+Prints a markdown table and writes ``OUT/transfer.{md,json}``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -60,16 +61,17 @@ def _store_env(url: str) -> Iterator[None]:
 
 
 def fill_store(url: str, env_id: str, sources: Sequence[str], budget: int, seeds: Sequence[int],
-               search: str = "optuna_tpe") -> dict[str, Any]:
-    """Search every source pair at every seed, recording into the store at ``url``; returns its stats."""
+               searches: Sequence[str] = ("optuna_tpe",)) -> dict[str, Any]:
+    """Run every search on every source pair at every seed, recording into the store at ``url``; returns its stats."""
     with _store_env(url):
         for src in sources:
             model, hw = _pair(src)
             for seed in seeds:
-                with recording(source=f"transfer-source:{search}"):
-                    ev = Evaluator(env_id, seed, budget, env_kwargs={"model": model, "hardware": hw})
-                    SEARCHES[search](ev, np.random.default_rng(seed), 1)
-                    ev.close()
+                for search in searches:
+                    with recording(source=f"transfer-source:{search}"):
+                        ev = Evaluator(env_id, seed, budget, env_kwargs={"model": model, "hardware": hw})
+                        SEARCHES[search](ev, np.random.default_rng(seed), 1)
+                        ev.close()
         return ExperienceStore(url).stats()
 
 
@@ -131,7 +133,8 @@ def meets_bar(row: dict[str, Any], budget: int) -> bool:
 def markdown(env_id: str, rows: Sequence[dict[str, Any]], budget: int, meta: dict[str, Any]) -> str:
     lines = [f"### Transfer on {env_id}: measurements to 95 % of the best known objective", "",
              f"Sources (in the store, {meta['store']['measurements']} measurements): {', '.join(meta['sources'])}; "
-             f"{meta['source_budget']} measurements x seeds {meta['source_seeds']} each. Targets held out. "
+             f"{', '.join(meta.get('source_searches', []))}, {meta['source_budget']} measurements x seeds "
+             f"{meta['source_seeds']} each. Targets held out. "
              f"Budget {budget} per run, reset seeds {meta['seeds']}.", "",
              "| target | search | cold, per seed | warm, per seed | cold median | warm median | warm <= half of cold | "
              "GPU-s cold / warm (sim-equivalent) |",
@@ -159,8 +162,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--env", default="RSI/Batching-v0")
     p.add_argument("--sources", default=",".join(SOURCES), help="model@hardware, comma-separated")
     p.add_argument("--targets", default=",".join(TARGETS), help="held-out model@hardware, comma-separated")
-    p.add_argument("--source-budget", type=int, default=30)
-    p.add_argument("--source-seeds", type=int, default=2, help="searches per source pair (workload seeds 0..N-1)")
+    p.add_argument("--source-budget", type=int, default=60)
+    p.add_argument("--source-searches", default="optuna_tpe,coordinate_descent",
+                   help="the searches whose experience fills the store")
+    p.add_argument("--source-seeds", type=int, default=1, help="searches per source pair (workload seeds 0..N-1)")
     p.add_argument("--budget", type=int, default=30, help="measurements per target run")
     p.add_argument("--seeds", type=int, default=5, help="held-out reset seeds per target")
     p.add_argument("--searches", default="optuna_tpe,random_search")
@@ -171,17 +176,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="rsi-transfer-")
     url = args.store or f"sqlite:///{tmp}/sources.sqlite"
     sources = [s for s in args.sources.split(",") if s]
-    stats = fill_store(url, args.env, sources, args.source_budget, list(range(args.source_seeds)))
+    src_searches = [s for s in args.source_searches.split(",") if s]
+    stats = fill_store(url, args.env, sources, args.source_budget, list(range(args.source_seeds)), src_searches)
     seeds = eval_seeds(args.seeds)
     rows = run_transfer(args.env, ExperienceStore(url), [t for t in args.targets.split(",") if t], seeds,
                         args.budget, [s for s in args.searches.split(",") if s])
-    meta = {"sources": sources, "source_budget": args.source_budget, "source_seeds": list(range(args.source_seeds)),
+    meta = {"sources": sources, "source_searches": src_searches, "source_budget": args.source_budget,
+            "source_seeds": list(range(args.source_seeds)),
             "seeds": seeds, "store": stats, "wall_s": time.perf_counter() - t0}
     text = markdown(args.env, rows, args.budget, meta) + f"\n({meta['wall_s']:.0f} s on this machine)\n"
     print(text, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "transfer.md").write_text(text)
     (args.out / "transfer.json").write_text(json.dumps(json_safe({"meta": meta, "rows": rows}), indent=1))
+    if args.store is None:
+        shutil.rmtree(tmp, ignore_errors=True)
     return {"meta": meta, "rows": rows}
 
 

@@ -17,9 +17,9 @@ import numpy as np
 from baselines.episodes import Agent
 from baselines.evaluator import Evaluator
 from rsi_env.envs.core import RsiEnv
+from rsi_env.errors import InvalidConfigError
 from rsi_env.store import ExperienceStore, default_store
 from rsi_env.store.warm_start import propose
-from rsi_env.errors import InvalidConfigError
 from rsi_env.wrappers.ladders import config_at, free_flags, ladder, position, refusal, rsi_env_of
 
 __all__ = ["env_warm_indices", "proposal_indices", "warm_agent", "warm_indices"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import tempfile
 import time
@@ -63,6 +64,27 @@ def main() -> None:
                 on.append(rate(env_id, args.steps, cold, url))
             a, b = float(np.median(off)), float(np.median(on))
             print(f"{env_id:20s} {'cold' if cold else 'agent':5s} {a:12.1f} {b:11.1f} {b / a:7.3f}", flush=True)
+    # The write itself, without the simulator around it: one trial (two workloads) per transaction.
+    from rsi_env.engine import load_hardware, load_model, load_workload
+    from rsi_env.engine.config import EngineConfig
+    from rsi_env.sim import simulate
+    from rsi_env.store.record import record_measurements
+
+    os.environ["RSI_ENV_STORE"] = f"sqlite:///{tmp}/writes.sqlite"
+    model, hw = load_model("llama-3.1-8b"), load_hardware("h200")
+    wls = [load_workload("short_long"), load_workload("many_small")]
+    sim_ms = math.inf
+    for _ in range(3):  # the fastest of three: warm caches, as in an episode
+        t0 = time.perf_counter()
+        tels = [simulate({}, model, hw, w) for w in wls]
+        sim_ms = min(sim_ms, (time.perf_counter() - t0) * 1e3)
+    n = 300
+    t0 = time.perf_counter()
+    for _ in range(n):
+        record_measurements("sim", "0.26", EngineConfig(), model, hw, wls, tels)
+    rec_ms = (time.perf_counter() - t0) * 1e3 / n
+    print(f"one trial of two workloads: simulated in {sim_ms:.1f} ms, recorded in {rec_ms:.2f} ms "
+          f"({rec_ms / sim_ms:.1%} of simulating it)")
     total = sum(ExperienceStore(f"sqlite:///{tmp}/{f}").stats()["measurements"]
                 for f in os.listdir(tmp) if f.endswith(".sqlite"))
     print(f"(median of {args.rounds} rounds of {args.steps} steps; {total} measurements written in all)")

@@ -10,8 +10,8 @@ efficiencies — and the telemetry says so (``calibration: "default"``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
 import os
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path

@@ -91,7 +91,8 @@ def encode(row: Mapping[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
 
 def decode(row: sqlite3.Row) -> dict[str, Any]:
     """A fetched row as a dict, JSON columns parsed."""
-    return {k: (json.loads(row[k]) if k in JSON_COLUMNS and row[k] is not None else row[k]) for k in row.keys()}
+    return {k: (json.loads(row[k]) if k in JSON_COLUMNS and row[k] is not None else row[k])
+            for k in row.keys()}  # noqa: SIM118  (iterating a Row yields values)
 
 
 class ExperienceStore:
@@ -208,7 +209,8 @@ class ExperienceStore:
         cols = ", ".join(EPISODE_COLUMNS)
         with self.transaction() as conn:
             before = conn.total_changes
-            conn.executemany(f"INSERT OR IGNORE INTO episodes ({cols}) VALUES ({', '.join('?' * len(EPISODE_COLUMNS))})", values)
+            marks = ", ".join("?" * len(EPISODE_COLUMNS))
+            conn.executemany(f"INSERT OR IGNORE INTO episodes ({cols}) VALUES ({marks})", values)
             return conn.total_changes - before
 
     def add_calibration(self, row: Mapping[str, Any]) -> None:

@@ -63,7 +63,7 @@ def best_configs(store: ExperienceStore, model: str, hardware: str, *, workload:
                 per[r["config_key"]].append((v, r["workload"], r["tier"]))
                 configs[r["config_key"]] = r["config"]
         value_name, lower_better = metric, metric in MINIMISE
-    out = []
+    out: list[dict[str, Any]] = []
     for ck, vals in per.items():
         mean = sum(v for v, _, _ in vals) / len(vals)
         out.append({"config": configs[ck], value_name: mean, "value": mean, "measurements": len(vals),

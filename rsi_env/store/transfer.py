@@ -23,7 +23,7 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import StoreError
-from rsi_env.store.db import CALIBRATION_COLUMNS, EPISODE_COLUMNS, MEASUREMENT_COLUMNS, JSON_COLUMNS, ExperienceStore
+from rsi_env.store.db import CALIBRATION_COLUMNS, EPISODE_COLUMNS, JSON_COLUMNS, MEASUREMENT_COLUMNS, ExperienceStore
 from rsi_env.store.record import measurement_rows
 
 __all__ = ["driver_rows", "export_store", "import_files"]

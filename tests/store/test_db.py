@@ -72,7 +72,7 @@ def test_an_old_store_is_migrated_in_order_and_keeps_its_rows(tmp_path):
     st.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION + 1,))
     st.close()
     with pytest.raises(StoreError, match="newer than this rsi-env knows"):
-        ExperienceStore(str(path)).conn
+        _ = ExperienceStore(str(path)).conn
 
 
 def _writer(path: str, n_batches: int, who: int) -> None:
@@ -83,7 +83,7 @@ def _writer(path: str, n_batches: int, who: int) -> None:
 
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "c.sqlite")
-    ExperienceStore(path).conn  # created (and migrated) once; the writers race on the rows
+    _ = ExperienceStore(path).conn  # created (and migrated) once; the writers race on the rows
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(path, 40, w)) for w in range(4)]
     for p in procs:
