@@ -173,3 +173,34 @@ def test_warm_start_starts_from_experience_and_replays(store):
     _, info = cold.reset(seed=9)
     assert "warm_start" not in info and cold.unwrapped.config == EngineConfig()
     cold.close()
+
+
+FAKE_DRIVER = '''#!/usr/bin/env python3
+"""Stands in for rsi_env.real.vllm_driver: one result line per workload, as the real driver writes them."""
+import json, sys, yaml
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+names = [yaml.safe_load(open(args[i + 1]))["name"] for i, a in enumerate(args) if a == "--workload"]
+with open(out, "w") as f:
+    for n in names:
+        f.write(json.dumps({"workload": n, "telemetry": {"duration_s": 2.0, "out_tok_per_s": 100.0, "tier": "real"},
+                            "resolved": {"num_gpu_blocks": 123}, "startup_s": 5.0, "wall_s": 2.0,
+                            "counters": {"num_steps": 7}}) + "\\n")
+'''
+
+
+def test_the_real_tier_records_what_the_engine_reported(store, tmp_path):
+    from rsi_env.real.tier import RealTier
+
+    driver = tmp_path / "fake-python"
+    driver.write_text(FAKE_DRIVER)
+    driver.chmod(0o755)
+    tier = RealTier(python=str(driver), timeout_s=60)
+    wls = [load_workload("short_long"), load_workload("many_small")]
+    tels = tier.measure_all({"max_num_seqs": 64}, "tiny-llama", "cpu", wls)
+    assert all(t.ok and t.tier == "real" for t in tels)
+    rows = store.measurements()
+    assert [r["workload"] for r in rows] == ["short_long", "many_small"] and {r["tier"] for r in rows} == {"real"}
+    assert rows[0]["resolved"] == {"num_gpu_blocks": 123} and rows[0]["extra"]["startup_s"] == 5.0
+    assert rows[0]["config"] == {"max_num_seqs": 64} and rows[0]["engine_version"] == tier.engine_version
+    assert rows[0]["gpu_seconds"] > 0 and rows[0]["trial"] == rows[1]["trial"]  # the GPU time held, shared
