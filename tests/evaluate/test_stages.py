@@ -87,6 +87,7 @@ def test_report_numbers(searched):
     rep = build_report(plan)
     # real = sim x 0.8 on every rate: the objective is 25 % off, the scores and their ranks are the same
     assert rep["fidelity"]["mape_pct"] == pytest.approx(25.0)
+    assert rep["fidelity"]["mape_metric_pct"] == pytest.approx(25.0)
     assert rep["fidelity"]["spearman"] == pytest.approx(1.0)
     rows = {r["name"]: r for r in rep["rows"]}
     for c in doc["candidates"]:
