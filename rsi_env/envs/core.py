@@ -97,6 +97,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     metadata = {"render_modes": ["ansi"]}
     task_id: str = ""
+    # Whether the real tier measures what the agent changes (False where the change runs on sim only).
+    promotable: bool = True
 
     def __init__(self, task: Task | str | None = None, *, tier: str = "sim", model: str | None = None,
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
@@ -122,6 +124,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.tier_name = tier
         if promote_on_submit and tier != "sim":
             raise RsiEnvError("promote_on_submit promotes a sim-tier search to the real tier: use tier='sim'")
+        if promote_on_submit and not self.promotable:
+            raise RsiEnvError(f"{self.task.id} cannot be promoted: the real tier does not run what its agent edits")
         self.promoter = Promoter() if promote_on_submit else None
         self.tier = get_tier(tier, engine_version)
         self.model = load_model(model or t.default_model)

@@ -150,6 +150,7 @@ class SchedulerEnv(RsiEnv):
     """
 
     task_id = "RSI/Scheduler-v0"
+    promotable = False  # the policy runs in the simulator; the real engine would measure vLLM's own scheduler
 
     def __init__(self, task: Task | str | None = None, *, sandbox: str = "auto", **kwargs: Any) -> None:
         base = task if isinstance(task, Task) else load_task(task or self.task_id)

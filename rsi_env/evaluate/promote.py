@@ -137,8 +137,12 @@ def _kill_running(running: dict[str, RealTier], threads: Sequence[threading.Thre
 
 
 def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | None = None, fresh: bool = False,
-            only: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Measure the plan's defaults and candidates on real; returns every result row in ``<out>/real.jsonl``."""
+                only: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Measure the plan's defaults, candidates and probes on real; returns every row in ``<out>/real.jsonl``.
+
+    ``gpus``: ids to pin runs to (none: one run at a time, unpinned); ``deadline_s``: seconds from now
+    (the plan's by default); ``fresh``: start the results over; ``only``: these names only.
+    """
     doc = load_candidates(plan)
     out = Path(plan.out) / "real.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)

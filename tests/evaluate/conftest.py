@@ -30,6 +30,7 @@ class FakeRealTier:
     running = 0
     max_running = 0
     calls: list[dict[str, Any]] = []
+    refuse: dict[str, Any] | None = None  # flags a configuration must set to be refused (as vLLM would)
 
     def __init__(self, *, timeout_s: float = 900.0, record_tokens: int = 0, env: dict[str, str] | None = None,
                  **_: Any) -> None:
@@ -42,6 +43,7 @@ class FakeRealTier:
     def reset(cls) -> None:
         cls.running = cls.max_running = 0
         cls.calls = []
+        cls.refuse = None
 
     def measure_all(self, engine_config: Any, model: Any, hardware: Any, workloads: Any) -> list[Telemetry]:
         cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
@@ -52,6 +54,10 @@ class FakeRealTier:
                                        "timeout_s": self.timeout_s})
         try:
             time.sleep(self.sleep_s)
+            flags = cfg.to_dict(only_set=True)
+            if self.refuse is not None and all(flags.get(k) == v for k, v in self.refuse.items()):
+                self.last_rows = []
+                return [Telemetry.failed("invalid_config: refused by the stand-in", tier="real") for _ in workloads]
             tels, rows = [], []
             for w in (load_workload(x) for x in workloads):
                 t = simulate(cfg, load_model(model), load_hardware(hardware), w, engine_version="0.26")

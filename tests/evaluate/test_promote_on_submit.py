@@ -97,6 +97,11 @@ def test_promote_on_submit_needs_the_sim_tier():
         gym.make("RSI/Batching-v0", tier="real", promote_on_submit=True)
 
 
+def test_a_task_whose_edits_the_real_tier_cannot_run_refuses_promotion():
+    with pytest.raises(RsiEnvError, match="cannot be promoted"):
+        gym.make("RSI/Scheduler-v0", promote_on_submit=True, sandbox="local")
+
+
 def test_without_promotion_nothing_changes():
     env = gym.make("RSI/Batching-v0").unwrapped
     env.reset(seed=1000)

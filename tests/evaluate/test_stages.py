@@ -87,6 +87,7 @@ def test_report_numbers(searched):
     rep = build_report(plan)
     # real = sim x 0.8 on every rate: the objective is 25 % off, the scores and their ranks are the same
     assert rep["fidelity"]["mape_pct"] == pytest.approx(25.0)
+    assert rep["fidelity"]["mape_metric_pct"] == pytest.approx(25.0)
     assert rep["fidelity"]["spearman"] == pytest.approx(1.0)
     rows = {r["name"]: r for r in rep["rows"]}
     for c in doc["candidates"]:
@@ -100,6 +101,17 @@ def test_report_numbers(searched):
     assert rep["cost"]["real_only_gpu_s_est"] == pytest.approx(13 * sum(spent) / len(spent))
     md = render_markdown(rep)
     assert "| c1 |" in md and "kv_fp8 (probe)" in md and "Spearman rho 1.000" in md
+
+
+def test_a_candidate_real_refuses_is_reported_not_ranked(searched):
+    plan, doc = searched
+    FakeRealTier.refuse = doc["candidates"][1]["flags"]
+    run_promote(plan)
+    rep = build_report(plan)
+    c2 = next(r for r in rep["rows"] if r["name"] == "c2")
+    assert c2["real_error"].startswith("invalid_config") and c2["outputs"] is None and c2["real_score"] == -math.inf
+    assert rep["fidelity"]["failed_on_real"] == ["c2"] and rep["fidelity"]["spearman"] == pytest.approx(1.0)
+    assert "invalid_config: refused by the stand-in" in render_markdown(rep)
 
 
 def test_report_without_real_defaults_has_no_real_scores(searched):
