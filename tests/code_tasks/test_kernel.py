@@ -154,6 +154,7 @@ def test_a_hanging_kernel_times_out_and_the_env_survives(monkeypatch: pytest.Mon
     obs, r, term, _, _ = write(env, "def silu_and_mul(out, x):\n    while True:\n        pass\n")
     obs, r, term, _, _ = env.step({"kind": 3})
     assert "did not finish within 8 s" in obs["text"] and np.isfinite(r) and not term
+    monkeypatch.undo()
     obs, r, *_ = write(env, SOLUTION)
     obs, r, *_ = env.step({"kind": 3})
     assert "correct on 3 input sets" in obs["text"] and r > 0, obs["text"]

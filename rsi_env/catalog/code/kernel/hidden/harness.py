@@ -114,9 +114,8 @@ class Worker:
 
 class Harness:
     def __init__(self, req: dict[str, Any], reference: Any, rng: random.Random, worker: Worker) -> None:
-        import torch
-
         import ops
+        import torch
 
         self.torch, self.ops, self.ref, self.rng = torch, ops, reference, rng
         self.op, self.device = req["op"], req["device"]

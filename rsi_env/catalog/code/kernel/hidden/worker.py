@@ -29,9 +29,8 @@ def main(argv: list[str]) -> int:
         replies.write(json.dumps(kw) + "\n")
 
     sys.path.insert(0, str(Path.cwd()))  # -I leaves the folder off the path; ops.py sits there
-    import torch
-
     import ops
+    import torch
 
     torch.set_num_threads(1)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
