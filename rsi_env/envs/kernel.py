@@ -89,7 +89,8 @@ class KernelEnv(RsiEnv):
 
     ## Starting State
 
-    ``kernel.py`` = the naive kernel, measured as the baseline (its speedup over eager is the start).
+    ``kernel.py`` = the naive kernel. It is measured with the first bench (its speedup over eager is the
+    start of ``speedup_vs_start``) and again on the submission's inputs at submit; a reset measures nothing.
 
     ## Episode End
 
@@ -186,13 +187,9 @@ class KernelEnv(RsiEnv):
         self.workspace.write(KERNEL_FILE, self.template)
         self.workspace.write("TASK.md", self._task_text())
         self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
-        self.start = self.measure(self.template)
-        if not self.start.ok:
-            raise RsiEnvError(f"{self.task.id}: the starting kernel could not be measured: {self.start.error}")
-        self.last = self.start
-        self.last_score = self.start.score
+        self.start = self.last = None  # measured with the first bench: a reset costs no measurement
         self.text = _clean(f"{self.task.id} ({self.op}, tier {self.tier_name}): {self.task.summary}\n"
-                           f"starting kernel: {self.start.summary()}")
+                           f"{KERNEL_FILE} holds the starting kernel; its docstring states the contract.")
         return self._obs(), self._info()
 
     def close(self) -> None:
@@ -227,6 +224,8 @@ class KernelEnv(RsiEnv):
             self.text = _clean(self.text + f"\nno measurement: the budget of {self.max_measurements} is spent")
             return []
         self.measurements += 1
+        if self.start is None:
+            self.start = self.measure(self.template)
         result = self._measure_workspace(submit=False)
         self.last = result
         s = result.score
@@ -234,7 +233,9 @@ class KernelEnv(RsiEnv):
         if math.isfinite(s):
             self.best_score = max(self.best_score, s)
         head = "measured" if explicit else "auto-bench"
-        self.text = _clean(f"{head}: score {s:+.4f} (best {self.best_score:+.4f}); {result.summary()}")
+        start = (f"starting kernel {self.start.speedup:.2f}x eager" if self.start.ok and self.start.speedup
+                 else f"starting kernel not measured: {self.start.error}")
+        self.text = _clean(f"{head}: score {s:+.4f} (best {self.best_score:+.4f}; {start}); {result.summary()}")
         return [MeasureEvent(s, result.device_seconds)]
 
     def _measure_workspace(self, submit: bool) -> KernelResult:
@@ -263,7 +264,7 @@ class KernelEnv(RsiEnv):
         r = self.last
         if r is not None and r.ok and r.speedup is not None:
             tel[0] = r.speedup
-            if self.start is not None and self.start.speedup:
+            if self.start is not None and self.start.ok and self.start.speedup:
                 tel[1] = r.speedup / self.start.speedup
             tel[2] = 1.0
             tel[3] = float(np.mean([t["candidate_s"] for t in r.timings])) * 1e3

@@ -3,7 +3,11 @@ and wrong, lazy, cheating, hanging and crashing kernels are caught with a clear 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
+import secrets
 import uuid
 
 import gymnasium as gym
@@ -106,6 +110,8 @@ BROKEN = {
     "raises": ("def silu_and_mul(out, x):\n    raise ValueError('boom')\n", "ValueError: boom"),
     "missing": ("def something_else(out, x):\n    pass\n", "must define a function silu_and_mul"),
     "crash": ("import os\ndef silu_and_mul(out, x):\n    os._exit(3)\n", "ended during run (exit code 3)"),
+    "kills the harness": ("import os\ndef silu_and_mul(out, x):\n    os.kill(os.getppid(), 9)\n",
+                          "the harness produced no report"),
 }
 
 
@@ -125,17 +131,38 @@ def test_a_kernel_that_caches_its_first_answer_is_caught():
     assert not res.correct and "differs from the float64 reference" in (res.error or ""), res.error
 
 
-def test_a_forged_report_is_refused():
-    """The kernel's process writes result.json itself at exit: the report lacks the harness's signature."""
-    forge = ("import atexit, json, os\nimport torch.nn.functional as F\n"
-             "def _forge():\n    open('result.json', 'w').write(json.dumps({'body': json.dumps("
-             "{'correct': True, 'speedup': 100.0}), 'mac': '00'}))\n"
-             "atexit.register(_forge)\n"
-             "def silu_and_mul(out, x):\n    d = x.shape[-1] // 2\n    out.copy_(F.silu(x[:, :d]) * x[:, d:])\n"
-             "    _forge()\n")
+def test_a_forged_report_is_never_believed():
+    """The kernel's process writes result.json during its calls, and leaves a detached process behind to write
+    it again once the harness has: the env takes either the harness's signed report or refuses the file."""
+    fake = json.dumps({"body": json.dumps({"correct": True, "speedup": 100.0}), "mac": "00"})
+    forge = (f"import os, subprocess\nFAKE = {fake!r}\n"
+             "subprocess.Popen(['/bin/sh', '-c', 'while [ ! -e result.json ]; do sleep 0.01; done; "
+             "sleep 0.05; cat > result.json'], stdin=subprocess.PIPE, start_new_session=True).stdin.write(FAKE.encode())\n"
+             "def _forge():\n    open('result.json', 'w').write(FAKE)\n" + TEMPLATE + "\n_orig = silu_and_mul\n"
+             "def silu_and_mul(out, x):\n    _forge()\n    _orig(out, x)\n")
     res = _check(forge)
-    assert not (res.correct and res.speedup == 100.0)
-    assert res.ok or "signature" in (res.error or ""), res.error   # either the harness's own report or a refusal
+    assert res.speedup != 100.0
+    assert res.ok or "signature" in (res.error or ""), res.error
+
+
+def test_only_a_report_signed_with_the_run_s_secret_is_believed():
+    secret = secrets.token_hex(32)
+    body = json.dumps({"correct": True, "speedup": 100.0})
+    sign = lambda key: hmac.new(key, body.encode(), hashlib.sha256).hexdigest()  # noqa: E731
+    forged = kernel_tier._parse(json.dumps({"body": body, "mac": sign(b"a guess")}).encode(), secret, "")
+    assert not forged.ok and "signature" in (forged.error or "")
+    assert kernel_tier._parse(b"not json", secret, "").error == forged.error
+    genuine = kernel_tier._parse(json.dumps({"body": body, "mac": sign(bytes.fromhex(secret))}).encode(), secret, "")
+    assert genuine.ok and genuine.speedup == 100.0
+
+
+def test_tampering_in_the_kernel_s_process_cannot_touch_the_clock_or_the_reference():
+    """Stopping the clock and slowing torch down help nothing: both live in the harness's own process."""
+    tamper = ("import time, torch, torch.nn.functional as F\n_silu = F.silu\n"
+              "time.perf_counter = lambda: 0.0\ntime.perf_counter_ns = lambda: 0\n"
+              "F.silu = lambda x, inplace=False: (time.sleep(0.01), _silu(x))[1]\n" + TEMPLATE)
+    res = _check(tamper)
+    assert res.ok and res.speedup is not None and res.speedup < 2.0, res.summary()
 
 
 def test_a_kernel_that_skips_calls_is_caught():
@@ -150,14 +177,16 @@ def test_a_kernel_that_skips_calls_is_caught():
 def test_a_hanging_kernel_times_out_and_the_env_survives(monkeypatch: pytest.MonkeyPatch):
     env = gym.make("RSI/Kernel-v0", op="silu_and_mul").unwrapped
     env.reset(seed=0)
-    monkeypatch.setattr(kernel_tier, "HARNESS_TIMEOUT_S", 8.0)
-    obs, r, term, _, _ = write(env, "def silu_and_mul(out, x):\n    while True:\n        pass\n")
+    obs, *_ = env.step({"kind": 3})                        # measures the starting kernel (and caches it)
+    assert "correct on 3 input sets" in obs["text"], obs["text"]
+    monkeypatch.setattr(kernel_tier, "HARNESS_TIMEOUT_S", 4.0)
+    write(env, "def silu_and_mul(out, x):\n    while True:\n        pass\n")
     obs, r, term, _, _ = env.step({"kind": 3})
-    assert "did not finish within 8 s" in obs["text"] and np.isfinite(r) and not term
+    assert "did not finish within 4 s" in obs["text"] and np.isfinite(r) and not term
     monkeypatch.undo()
-    obs, r, *_ = write(env, SOLUTION)
-    obs, r, *_ = env.step({"kind": 3})
-    assert "correct on 3 input sets" in obs["text"] and r > 0, obs["text"]
+    write(env, TEMPLATE)
+    obs, r, term, *_ = env.step({"kind": 3})
+    assert "correct on 3 input sets" in obs["text"] and np.isfinite(r) and not term, obs["text"]
     env.close()
 
 

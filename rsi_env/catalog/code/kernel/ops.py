@@ -39,8 +39,9 @@ DTYPES = ("bfloat16", "float16", "float32")
 OUTPUTS = {"rms_norm_residual": ("out",), "silu_and_mul": ("out",), "rotary_embedding": ("query_out", "key_out"),
            "paged_attention_decode": ("out",)}
 INOUT = {"rms_norm_residual": ("residual",)}
-SCALES = {"cpu": {"tokens": (8, 96), "seqs": (2, 8), "max_len": 384},
-          "cuda": {"tokens": (64, 4096), "seqs": (8, 256), "max_len": 4096}}
+SCALES: dict[str, dict[str, tuple[int, int]]] = {
+    "cpu": {"tokens": (8, 96), "seqs": (2, 8), "seq_len": (1, 384)},
+    "cuda": {"tokens": (64, 4096), "seqs": (8, 256), "seq_len": (1, 4096)}}
 BLOCK_SIZE = 16
 MAX_POSITION = 4096
 
@@ -66,7 +67,7 @@ def draw_shape(op: str, seed: int, model: dict[str, Any], scale: str = "cpu") ->
         seqs = rng.randint(s_lo, s_hi)
         shape.update(num_seqs=seqs, num_heads=model["num_heads"], num_kv_heads=model["num_kv_heads"],
                      head_dim=model["head_dim"], block_size=BLOCK_SIZE,
-                     seq_lens=[rng.randint(1, lim["max_len"]) for _ in range(seqs)])
+                     seq_lens=[rng.randint(*lim["seq_len"]) for _ in range(seqs)])
     return shape
 
 
@@ -126,6 +127,7 @@ def make_outputs(shape: dict[str, Any], device: str = "cpu") -> dict[str, torch.
     """The destination tensors of ``shape``'s call, filled with NaN (the poison a kernel must overwrite)."""
     dt = getattr(torch, shape["dtype"])
     op = shape["op"]
+    sizes: dict[str, tuple[int, ...]]
     if op == "rms_norm_residual":
         sizes = {"out": (shape["num_tokens"], shape["hidden_size"])}
     elif op == "silu_and_mul":
