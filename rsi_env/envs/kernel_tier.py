@@ -66,6 +66,8 @@ class KernelResult:
         return math.log(self.speedup) if self.ok and self.speedup else -math.inf
 
     def summary(self) -> str:
+        if self.setup_error:
+            return f"NOT MEASURED: {self.error}"
         if not self.correct:
             return f"INCORRECT: {self.error}"
         lines = [f"correct on {len(self.checked)} input sets; speedup over PyTorch eager "
@@ -102,13 +104,20 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
     files: dict[str, str | bytes] = {rel: path.read_bytes() for rel, path in HARNESS_FILES.items()}
     files["kernel.py"] = source
     files["request.json"] = json.dumps({**request, "secret": secret})
-    run = run_fresh(files, "{python} -I harness.py request.json result.json", backend=name,
-                    timeout_s=HARNESS_TIMEOUT_S, max_output=8192, read=["result.json"], limits=_LIMITS[scale],
-                    hidden=hidden_paths())
+    try:
+        run = run_fresh(files, "{python} -I harness.py request.json result.json", backend=name,
+                        timeout_s=HARNESS_TIMEOUT_S, max_output=8192, read=["result.json"], limits=_LIMITS[scale],
+                        hidden=hidden_paths())
+    except Exception as exc:  # noqa: BLE001  (the sandbox itself failed, e.g. the Docker engine went away)
+        return _failed(f"the {name} sandbox failed before the kernel was measured: {type(exc).__name__}: "
+                       f"{str(exc)[:300]}", setup=True)
     res, raw = run.result, run.outputs.get("result.json")
     if res.timed_out:
         return _failed(f"the measurement did not finish within {HARNESS_TIMEOUT_S:.0f} s: does the kernel hang?")
     result = _parse(raw, secret, res.summary())
+    if result.setup_error and device == "cuda" and name != "local":
+        result = _failed(f"{result.error}; the {name} sandbox does not show the GPU's device files: on a GPU "
+                         "machine use sandbox='local'", setup=True)
     if not result.setup_error:
         _CACHE[key] = result
         if len(_CACHE) > _CACHE_SIZE:

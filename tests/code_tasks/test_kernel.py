@@ -18,6 +18,7 @@ import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.envs import kernel_tier
 from rsi_env.envs.kernel import OPS, KernelEnv, model_sizes
 from rsi_env.envs.kernel_tier import measure_kernel
+from rsi_env.envs.state import validate
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.hidden import CODE_DIR
 
@@ -90,6 +91,7 @@ def test_reference_solution_passes_and_the_starting_kernel_does_not(op: str):
     write(env, SOLUTION)
     obs, r, term, _, info = env.step({"kind": 4})
     assert term and info["verdict"]["passed"] and r > 0.9, obs["text"]
+    assert validate(env.state()).ok   # replayed in this process: the cached measurements give the same rewards
     env.close()
 
 

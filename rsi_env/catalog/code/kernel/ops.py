@@ -41,7 +41,7 @@ OUTPUTS = {"rms_norm_residual": ("out",), "silu_and_mul": ("out",), "rotary_embe
 INOUT = {"rms_norm_residual": ("residual",)}
 SCALES: dict[str, dict[str, tuple[int, int]]] = {
     "cpu": {"tokens": (8, 96), "seqs": (2, 8), "seq_len": (1, 384)},
-    "cuda": {"tokens": (64, 4096), "seqs": (8, 256), "seq_len": (1, 4096)}}
+    "cuda": {"tokens": (64, 4096), "seqs": (8, 64), "seq_len": (1, 2048)}}
 BLOCK_SIZE = 16
 MAX_POSITION = 4096
 
@@ -71,9 +71,9 @@ def draw_shape(op: str, seed: int, model: dict[str, Any], scale: str = "cpu") ->
     return shape
 
 
-def _generator(shape: dict[str, Any], index: int) -> torch.Generator:
+def _generator(shape: dict[str, Any], index: int, device: str) -> torch.Generator:
     digest = hashlib.sha256(f"{shape['op']}:{shape['seed']}:{index}".encode()).hexdigest()
-    return torch.Generator().manual_seed(int(digest[:15], 16))
+    return torch.Generator(device=device).manual_seed(int(digest[:15], 16))
 
 
 def cos_sin_cache(head_dim: int, theta: float, dtype: torch.dtype) -> torch.Tensor:
@@ -84,13 +84,13 @@ def cos_sin_cache(head_dim: int, theta: float, dtype: torch.dtype) -> torch.Tens
 
 
 def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu") -> dict[str, Any]:
-    """Input set ``index`` of ``shape``: the same numbers in every process (drawn on the CPU, then moved)."""
-    g = _generator(shape, index)
+    """Input set ``index`` of ``shape``, drawn on ``device``: the same numbers in every process on that device."""
+    g = _generator(shape, index, device)
     dt = getattr(torch, shape["dtype"])
     op = shape["op"]
 
     def randn(*size: int, std: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*size, generator=g, dtype=torch.float32) * std).to(dt)
+        return (torch.randn(*size, generator=g, dtype=torch.float32, device=device) * std).to(dt)
 
     inp: dict[str, Any]
     if op == "rms_norm_residual":
@@ -101,7 +101,7 @@ def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu") -> d
         inp = {"x": randn(shape["num_tokens"], 2 * shape["intermediate_size"], std=2.0)}
     elif op == "rotary_embedding":
         t, d = shape["num_tokens"], shape["head_dim"]
-        inp = {"positions": torch.randint(0, MAX_POSITION, (t,), generator=g, dtype=torch.int64),
+        inp = {"positions": torch.randint(0, MAX_POSITION, (t,), generator=g, dtype=torch.int64, device=device),
                "query": randn(t, shape["num_heads"] * d), "key": randn(t, shape["num_kv_heads"] * d),
                "cos_sin_cache": cos_sin_cache(d, shape["rope_theta"], dt)}
     else:
@@ -110,7 +110,7 @@ def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu") -> d
         need = [math.ceil(n / bs) for n in lens]
         num_blocks = sum(need) + 4
         width = max(need)
-        order = torch.randperm(num_blocks - 1, generator=g)[: sum(need)] + 1   # block 0 is never used
+        order = torch.randperm(num_blocks - 1, generator=g, device=device)[: sum(need)].cpu() + 1  # 0 unused
         table = torch.zeros(s, width, dtype=torch.int32)
         k = 0
         for i, n in enumerate(need):
@@ -140,10 +140,10 @@ def make_outputs(shape: dict[str, Any], device: str = "cpu") -> dict[str, torch.
     return {k: torch.full(v, math.nan, dtype=dt, device=device) for k, v in sizes.items()}
 
 
-def set_bytes(shape: dict[str, Any]) -> int:
+def set_bytes(shape: dict[str, Any], device: str = "cpu") -> int:
     """Bytes of one input set and its outputs (caps how many sets a timed block holds)."""
-    tensors = [v for v in make_inputs(shape).values() if isinstance(v, torch.Tensor)]
-    tensors += list(make_outputs(shape).values())
+    tensors = [v for v in make_inputs(shape, 0, device).values() if isinstance(v, torch.Tensor)]
+    tensors += list(make_outputs(shape, "meta").values())
     return sum(t.numel() * t.element_size() for t in tensors)
 
 

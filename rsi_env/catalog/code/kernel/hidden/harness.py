@@ -136,8 +136,8 @@ class Harness:
             Path(self.dump_path).unlink(missing_ok=True)
         if not (isinstance(raw, dict) and isinstance(raw.get("inputs"), dict) and isinstance(raw.get("outputs"), dict)):
             raise KernelFailure("the kernel's outputs came back malformed")
-        inp = ops.make_inputs(shape, index)
-        expected = self.ref.reference64(self.op, inp)
+        inp = ops.make_inputs(shape, index, self.device)   # the worker's numbers, drawn again here
+        expected = self.ref.reference64(self.op, inp)          # float64, on the device (fast on a GPU)
         spec = ops.make_outputs(shape, "meta")
         atol, rtol = self.ref.TOLERANCES[shape["dtype"]]
         where = f"on {ops.describe(shape)}"
@@ -145,13 +145,14 @@ class Harness:
             got = raw["outputs"].get(name)
             if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
                 raise KernelFailure(f"{name} is no longer a {want.dtype} tensor of shape {tuple(want.shape)} {where}")
-            self._compare(name, got, expected[name], atol, rtol, where)
+            self._compare(name, got.to(self.device), expected[name], atol, rtol, where)
         for name, before in inp.items():
             if not isinstance(before, torch.Tensor):
                 continue
             after = raw["inputs"].get(name)
             if not isinstance(after, torch.Tensor) or after.shape != before.shape or after.dtype != before.dtype:
                 raise KernelFailure(f"the input {name} changed its shape or dtype {where}")
+            after = after.to(self.device)
             if name in ops.INOUT.get(self.op, ()):
                 self._compare(f"{name} (updated in place)", after, expected[name], atol, rtol, where)
             elif not torch.equal(after, before):
@@ -172,7 +173,7 @@ class Harness:
         if bool(bad.any()):
             err = (got - want).abs()
             flat = int(torch.argmax(torch.where(bad, err, torch.zeros_like(err))))
-            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), got.shape))
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat, device=got.device), got.shape))
             raise KernelFailure(f"{name} differs from the float64 reference {where}: {int(bad.sum())} of "
                                 f"{got.numel()} elements off (worst at {idx}: {float(got[idx]):.6g} vs "
                                 f"{float(want[idx]):.6g}; tolerance atol={atol:g}, rtol={rtol:g})")
@@ -198,7 +199,7 @@ class Harness:
 
     def time_shape(self, worker: Worker, shape: dict[str, Any]) -> dict[str, Any]:
         rounds, block_s = int(self.req["rounds"]), float(self.req["block_s"])
-        cap = max(1, int(self.req["max_block_bytes"]) // max(self.ops.set_bytes(shape), 1))
+        cap = max(1, int(self.req["max_block_bytes"]) // max(self.ops.set_bytes(shape, self.device), 1))
         noops = []
         for _ in range(5):
             t0 = time.perf_counter()
