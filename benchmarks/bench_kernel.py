@@ -1,6 +1,6 @@
 """RSI/Kernel-v0's harness on the starting kernels and a reference solution: speedups over PyTorch eager and fast_p.
 
-``python benchmarks/bench_kernel.py [--device cpu|cuda] [--seeds 3] [--solution FILE]``. Every op is
+``python benchmarks/bench_kernel.py [--device cpu|cuda] [--seeds 3] [--sandbox auto] [--solution FILE]``. Every op is
 measured by the env's own path (the hidden harness in a fresh sandbox); KernelBench's ``fast_p`` is the
 fraction of ops whose kernel is correct and more than ``p`` times as fast as eager.
 """
@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--sandbox", default="auto", help="auto, docker, bubblewrap or local (the harness's sandbox)")
     ap.add_argument("--solution", type=Path, help="a kernel.py to measure instead of the tests' reference solution")
     args = ap.parse_args()
     sizes = model_sizes(args.model)
@@ -47,7 +48,8 @@ def main() -> None:
     for op in OPS:
         for name, src in (("start", (KERNEL_DIR / "templates" / f"{op}.py").read_text()), ("solution", solution)):
             t0 = time.monotonic()
-            r = measure_kernel(src, op, seeds, sizes, device=args.device, timed_shapes=args.seeds, use_cache=False)
+            r = measure_kernel(src, op, seeds, sizes, device=args.device, timed_shapes=args.seeds,
+                               backend=args.sandbox, use_cache=False)
             table[name].append((r.correct, r.speedup))
             sp = f"{r.speedup:.2f}" if r.speedup else "-"
             print(f"{op:<24} {name:<9} {str(r.correct):<8} {sp:>8} {time.monotonic() - t0:>7.1f}"

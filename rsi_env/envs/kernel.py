@@ -88,7 +88,7 @@ class KernelEnv(RsiEnv):
     used) and at least ``min_speedup`` times as fast as the starting kernel on the same sets (both
     measured against eager in their own runs, so the machine's load cancels out of the ratio).
 
-    Timings are not reproducible: the harness takes the fastest of five interleaved blocks per side
+    Timings are not reproducible: the harness takes the fastest of seven interleaved blocks per side
     (noise only adds time), and each measurement is cached by the kernel's text, op, seeds, device,
     model, backend and harness files, for the process's life. So an unchanged kernel is never re-timed
     (re-benchmarking cannot re-roll noise), a seeded episode gives the same observations and rewards

@@ -33,7 +33,7 @@ KERNEL_DIR = CODE_DIR / "kernel"
 HARNESS_FILES = {"ops.py": KERNEL_DIR / "ops.py", "harness.py": KERNEL_DIR / "hidden" / "harness.py",
                  "worker.py": KERNEL_DIR / "hidden" / "worker.py", "reference.py": KERNEL_DIR / "hidden" / "reference.py"}
 HARNESS_TIMEOUT_S = 120.0
-ROUNDS = 5
+ROUNDS = 7
 BLOCK_S = {"cpu": 0.005, "cuda": 0.01}   # seconds of calls per timed block
 MAX_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 8 << 30}
 _LIMITS = {"cpu": Limits(cpu_s=240, memory_bytes=6 << 30, file_bytes=512 << 20, max_procs=64),
