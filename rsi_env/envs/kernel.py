@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rsi_env.engine.model import load_model
-from rsi_env.envs.core import CHARSET, FLAG, KIND_NAMES, TEXT_MAX, RsiEnv, _clean
+from rsi_env.envs.core import BENCH, CHARSET, FLAG, KIND_NAMES, TEXT_MAX, RsiEnv, _clean
 from rsi_env.envs.kernel_tier import KERNEL_DIR, KernelResult, measure_kernel
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
@@ -17,11 +17,12 @@ from rsi_env.reward import MeasureEvent, SubmitEvent, default_rewards
 from rsi_env.reward.guards import GuardResult, Verdict
 from rsi_env.sandbox.base import ShellResult
 from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
-from rsi_env.sandbox.workspace import EditError
+from rsi_env.sandbox.workspace import EditError, Workspace
 
 __all__ = ["KernelEnv", "OPS", "KERNEL_FIELDS"]
 
-OPS = ("rms_norm_residual", "silu_and_mul", "rotary_embedding", "paged_attention_decode")
+# An op is a starting kernel in the catalog (the harness's ops.py defines its inputs; it imports torch, this may not).
+OPS = tuple(sorted(p.stem for p in (KERNEL_DIR / "templates").glob("*.py")))
 KERNEL_FILE = "kernel.py"
 KERNEL_FIELDS = ("speedup_vs_reference", "speedup_vs_start", "correct", "kernel_ms", "reference_ms")
 CHECK_SEEDS = 3          # input sets checked per measurement (each a fresh shape and dtype)
@@ -183,15 +184,13 @@ class KernelEnv(RsiEnv):
     # ---- Gymnasium API --------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        super(RsiEnv, self).reset(seed=seed)
+        super(RsiEnv, self).reset(seed=seed)  # gym.Env's: RsiEnv.reset measures workloads, which this task has none of
         self.close()
         self._reset_state()
         s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
         self.episode_seed = int(s)
         for r in self.rewards:
             r.reset()
-        from rsi_env.sandbox.workspace import Workspace
-
         self.workspace = Workspace(self.task.editable_files)
         self.workspace.write(KERNEL_FILE, self.template)
         self.workspace.write("TASK.md", self._task_text())
@@ -282,7 +281,7 @@ class KernelEnv(RsiEnv):
                           dtype=np.float32)
         mask = np.ones(len(KIND_NAMES), dtype=np.int8)
         mask[FLAG] = 0
-        mask[3] = int(self.measurements < self.max_measurements)
+        mask[BENCH] = int(self.measurements < self.max_measurements)
         return {"telemetry": np.clip(tel, 0.0, _OBS_HIGH), "config": np.zeros(1, dtype=np.float32),
                 "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask, "flag_mask": np.zeros(1, dtype=np.int8),
                 "text": _clean(self.text)}
