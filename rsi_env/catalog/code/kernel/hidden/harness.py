@@ -17,8 +17,16 @@ reference, the clock or the report:
   an empty request) after the worker waits for the device; one randomly chosen set of every block is
   checked, so a kernel that skips calls, or caches across calls, is caught; speedup = the fastest
   block's eager time per call / the fastest block's kernel time per call, and the geometric mean over shapes;
+- **protocol**: requests are numbered and each reply must carry its request's number, once, so a kernel
+  that answers "done" for the worker (to stop the clock early) leaves an extra reply that is caught;
 - **report**: ``result.json`` = the JSON body and its HMAC-SHA256 under the request's secret; the env
   refuses a report without a valid signature (the candidate can write files, not sign them).
+
+Known limit: the worker's process is the candidate's, so a kernel that both forges an early reply and
+suppresses the worker's own (by rewriting the worker's objects) stops the clock before its work is
+done; the random spot check then reads the outputs only after the worker answers the dump request.
+Closing that needs the outputs in memory the harness reads itself right after the clock stops
+(shared memory on the CPU, CUDA IPC on the GPU), not built yet.
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ class Worker:
     def __init__(self, op: str, device: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-I", "worker.py", op, device], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
+        self.turn = 0   # every request is numbered; a reply must carry its request's number, once
 
     def wait_ready(self) -> None:
         self._reply("the import of kernel.py")
@@ -88,15 +97,19 @@ class Worker:
             reply = json.loads(line)
         except ValueError:
             raise KernelFailure(f"the kernel's process sent a garbled reply during {what}: {line[:200]!r}") from None
-        if isinstance(reply, dict) and isinstance(reply.get("error"), str):
+        if not isinstance(reply, dict) or reply.get("turn") != self.turn:
+            raise KernelFailure(f"the kernel's process sent a reply out of turn during {what} (replies are the "
+                                f"worker's, one per request): {line[:200]!r}")
+        if isinstance(reply.get("error"), str):
             raise KernelFailure(reply["error"])
-        if reply != {"ok": True}:
+        if reply != {"turn": self.turn, "ok": True}:
             raise KernelFailure(f"the kernel's process sent an unexpected reply during {what}: {line[:200]!r}")
 
     def ask(self, cmd: str, **kw: Any) -> None:
         assert self.proc.stdin is not None
+        self.turn += 1
         try:
-            self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
+            self.proc.stdin.write(json.dumps({"cmd": cmd, "turn": self.turn, **kw}) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise KernelFailure(f"the kernel's process is gone (before {cmd})") from None

@@ -25,8 +25,10 @@ def main(argv: list[str]) -> int:
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the kernel's prints must not mix with the replies
 
+    turn = [0]
+
     def reply(**kw: Any) -> None:
-        replies.write(json.dumps(kw) + "\n")
+        replies.write(json.dumps({"turn": turn[0], **kw}) + "\n")
 
     sys.path.insert(0, str(Path.cwd()))  # -I leaves the folder off the path; ops.py sits there
     import ops
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> int:
     sets: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for line in sys.stdin:
         req = json.loads(line)
-        cmd = req["cmd"]
+        cmd, turn[0] = req["cmd"], req["turn"]
         try:
             if cmd == "prepare":
                 shape = req["shape"]
