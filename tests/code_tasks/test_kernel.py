@@ -206,7 +206,7 @@ def test_the_kernel_never_runs_in_the_env_s_process_and_cannot_see_the_reference
     marker = f"/tmp/rsi-kernel-{uuid.uuid4().hex[:8]}"
     spy = (f"import os\nopen({marker!r}, 'w').write(repr(sorted(os.listdir('.'))))\n"
            "assert not os.path.exists('reference.py') and not os.path.exists('harness.py'), os.listdir('.')\n"
-           + TEMPLATE)
+           + SOLUTION)
     res = _check(spy)
     assert res.ok, res.error
     assert not os.path.exists(marker)
@@ -220,8 +220,8 @@ def test_the_kernel_never_runs_in_the_env_s_process_and_cannot_see_the_reference
 
 
 def test_measurements_of_unchanged_code_are_reused():
-    a = _check(TEMPLATE, seeds=(5,))
-    b = _check(TEMPLATE, seeds=(5,))
+    a = measure_kernel(SOLUTION, "rms_norm_residual", [5], SIZES, timed_shapes=1)
+    b = measure_kernel(SOLUTION, "rms_norm_residual", [5], SIZES, timed_shapes=1)
     assert a is b and a.ok
 
 
