@@ -7,6 +7,8 @@ every feature's solution is these two files.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 SPEC = '''
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -189,3 +191,39 @@ BLOCK_NORM_AFTER_ROPE = BLOCK.replace(
         k = rms_norm(k, w["self_attn.k_norm.weight"], config["rms_norm_eps"])
 ''')
 assert BLOCK_NORM_AFTER_ROPE != BLOCK
+
+# The real tier (QK-norm): vLLM's Llama with an RMSNorm over each head's q and k before the rotary embedding.
+VLLM_QK_NORM = (Path(__file__).resolve().parents[2] / "rsi_env/catalog/code/dayzero/template/vllm_model.py").read_text(
+).replace('''from vllm.model_executor.models.llama import LlamaForCausalLM
+''', '''from vllm.model_executor.layers.layernorm import RMSNorm
+from vllm.model_executor.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
+''').replace('''class NewModelForCausalLM(LlamaForCausalLM):
+    """The model class vLLM instantiates for ARCHITECTURE."""
+''', '''class QKNormAttention(LlamaAttention):
+    def __init__(self, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def forward(self, positions, hidden_states):
+        qkv, _ = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
+        k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
+        q, k = self.rotary_emb(positions, q, k)
+        output, _ = self.o_proj(self.attn(q, k, v))
+        return output
+
+
+class QKNormDecoderLayer(LlamaDecoderLayer):
+    def __init__(self, vllm_config, prefix="", config=None):
+        super().__init__(vllm_config, prefix, config, attn_layer_type=QKNormAttention)
+
+
+class NewModelForCausalLM(LlamaForCausalLM):
+    """The model class vLLM instantiates for ARCHITECTURE."""
+
+    def __init__(self, *, vllm_config, prefix=""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix, layer_type=QKNormDecoderLayer)
+''')
+assert "QKNormAttention" in VLLM_QK_NORM
