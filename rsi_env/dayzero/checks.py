@@ -151,7 +151,7 @@ def run_spec(source: str, configs: dict[str, dict[str, Any]], contexts: list[int
                     raise DayZeroError(f"{fn}({cname}, context_tokens) must return an int")
         return data
 
-    return _cached(_key("spec", name, source, configs, contexts), go)  # type: ignore[no-any-return]
+    return _cached(_key("spec", name, source, configs, contexts), go)
 
 
 def model_spec(fields: dict[str, Any], config: dict[str, Any], name: str) -> ModelSpec:
@@ -235,7 +235,7 @@ def run_block(source: str, config: dict[str, Any], cases: list[dict[str, Any]], 
                 errors[c["id"]] = "the output is not a numeric tensor"
         return outs, errors
 
-    return _cached(_key("block", name, source, config, cases), go)  # type: ignore[no-any-return]
+    return _cached(_key("block", name, source, config, cases), go)
 
 
 def reference_outputs(feature: Feature, backend: str = "auto") -> dict[str, np.ndarray]:

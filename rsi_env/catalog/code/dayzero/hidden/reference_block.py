@@ -33,7 +33,7 @@ def inv_freq_and_scale(cfg: dict[str, Any], dim: int) -> tuple[torch.Tensor, flo
     def corr(n: float) -> float:
         return dim * math.log(orig / (n * 2 * math.pi)) / (2 * math.log(base))
 
-    low, high = max(math.floor(corr(beta_fast)), 0), min(math.ceil(corr(beta_slow)), dim - 1)
+    low, high = float(max(math.floor(corr(beta_fast)), 0)), float(min(math.ceil(corr(beta_slow)), dim - 1))
     if low == high:
         high += 0.001
     ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
