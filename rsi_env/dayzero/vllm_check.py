@@ -10,16 +10,15 @@ process vLLM starts (the engine core too, whether or not it is spawned) register
 ``model_type`` and architecture. The agent's code therefore runs only in that bubblewrap sandbox
 (vLLM needs more than Docker's busybox image offers), whose processes all die with it. The check
 passes when vLLM generates every requested token and its greedy tokens equal the reference's.
-Runs are serialised with ``flock /tmp/rsi-vllm.lock`` (the engine is memory-heavy).
+Like the real tier's measurements, a run is not serialised here: callers that share a machine wrap
+their process in ``flock /tmp/rsi-vllm.lock`` (the tests do).
 """
 
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import json
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,13 +27,13 @@ import yaml
 import rsi_env
 from rsi_env.dayzero.checks import HIDDEN, Feature
 from rsi_env.engine.workload import Workload
+from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import hidden_paths
 
 __all__ = ["VllmCheck", "check_in_vllm", "reference_tokens"]
 
-LOCK = Path("/tmp/rsi-vllm.lock")
 SEED = 7
 NEW_TOKENS = 8
 PROMPTS = Workload.from_dict({"name": "dayzero_greedy", "seed": 3, "requests": 3, "prompt_tokens": 12,
@@ -43,6 +42,7 @@ VLLM_TIMEOUT_S = 420.0
 MIN_MARGIN = 1e-3
 _VLLM_LIMITS = Limits(cpu_s=1200, memory_bytes=64 << 30, file_bytes=1 << 30, max_procs=4096, cpus=2.0)
 _PLUGIN_ENTRY = "[vllm.general_plugins]\nrsi_dayzero = vllm_model:register\n"
+_VERDICTS: dict[str, VllmCheck] = {}
 _PLUGIN_META = "Metadata-Version: 2.1\nName: rsi-dayzero-plugin\nVersion: 0\n"
 
 
@@ -51,17 +51,6 @@ class VllmCheck:
     ok: bool
     reason: str = ""
     tokens: list[list[int]] | None = None
-
-
-@contextmanager
-def vllm_lock() -> Iterator[None]:
-    """One vLLM engine at a time on this machine (the same lock the tests and CI use)."""
-    with open(LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def prompts(vocab: int) -> list[list[int]]:
@@ -86,7 +75,20 @@ def reference_tokens(feature: Feature, backend: str = "bubblewrap") -> tuple[byt
 
 
 def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap") -> VllmCheck:
-    """Run ``source`` (a vllm_model.py) in vLLM on the tiny model's checkpoint; compare greedy tokens."""
+    """Run ``source`` (a vllm_model.py) in vLLM on the tiny model's checkpoint; compare greedy tokens.
+
+    A verdict is remembered for the process by the exact source and feature (an engine start costs a minute).
+    """
+    key = hashlib.sha256(f"{backend}\0{feature.name}\0{source}".encode()).hexdigest()
+    if key not in _VERDICTS:
+        try:
+            _VERDICTS[key] = _check(source, feature, backend)
+        except RsiEnvError as exc:  # no sandbox for vLLM on this machine
+            return VllmCheck(False, f"vLLM could not be run: {exc}")
+    return _VERDICTS[key]
+
+
+def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
     ckpt, want, margin = reference_tokens(feature, backend)
     if margin < MIN_MARGIN:
         return VllmCheck(False, f"the reference's logit margin {margin:.2g} is too small to compare (rsi-env bug)")
@@ -102,10 +104,9 @@ def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap") ->
            'VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2; '
            "{python} -m rsi_env.real.vllm_driver --model config.json --weights . --workload w.yaml "
            f"--out out.jsonl --hardware cpu --usage-context llm --record-tokens {len(want)} "
-           "--set enforce_eager=true --set max_model_len=256 --set max_num_seqs=4 2>&1 | tail -c 6000")
-    with vllm_lock():
-        run = run_fresh(files, cmd, backend=backend, timeout_s=VLLM_TIMEOUT_S, max_output=8192, read=["out.jsonl"],
-                        limits=_VLLM_LIMITS, hidden=hidden_paths())
+           "--set enforce_eager=true --set dtype=float32 --set max_model_len=256 --set max_num_seqs=4 2>&1 | tail -c 6000")
+    run = run_fresh(files, cmd, backend=backend, timeout_s=VLLM_TIMEOUT_S, max_output=8192, read=["out.jsonl"],
+                    limits=_VLLM_LIMITS, hidden=hidden_paths())
     raw = run.outputs.get("out.jsonl")
     if raw is None:
         tail = "\n".join(line for line in run.result.output.splitlines() if line.strip())[-900:]

@@ -40,7 +40,7 @@ _PASS_THROUGH = (
     "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "enforce_eager",
     "cudagraph_capture_sizes", "long_prefill_token_threshold", "max_num_partial_prefills",
     "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
-    "max_model_len", "scheduling_policy", "async_scheduling",
+    "max_model_len", "scheduling_policy", "async_scheduling", "dtype",
 )
 
 

@@ -136,7 +136,7 @@ def test_hostile_or_broken_loaders_come_back_as_clear_errors(env: DayZeroEnv, so
 
 @pytest.mark.parametrize("source, expect", [
     ("import torch\ndef decoder_layer(x, positions, weights, config, layer_idx):\n    return x[:3]\n",
-     "output shape [3, 64], expected [7, 64]"),
+     "output shape [3, 128], expected [7, 128]"),
     ("def decoder_layer(x, positions, weights, config, layer_idx):\n    return x * float('nan')\n", "NaN or inf"),
     ("def decoder_layer(x, positions, weights, config, layer_idx):\n    raise KeyError('self_attn.q_norm')\n",
      "KeyError: 'self_attn.q_norm'"),
