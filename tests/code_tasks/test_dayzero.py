@@ -212,3 +212,12 @@ def test_model_spec_validation():
         model_spec({**fields, "num_kv_heads": 7}, cfg, "n")
     with pytest.raises(DayZeroError, match="qk_norm=1"):
         model_spec({**fields, "qk_norm": 1}, cfg, "n")
+
+
+def test_the_docker_sandbox_gives_the_same_verdicts(dockerd: None):
+    """The strongest backend (a container with the host's Python bound read-only) runs torch too."""
+    f = load_feature("shared_experts")
+    got = checks.check_workspace(SPEC, BLOCK_NORM_AFTER_ROPE, f, "docker")
+    assert [(c.name, c.ok) for c in got] == [(c.name, c.ok) for c in checks.check_workspace(
+        SPEC, BLOCK_NORM_AFTER_ROPE, f, BACKEND)]
+    assert all(c.ok for c in got)  # shared_experts has no QK-norm: the misplaced norm never runs
