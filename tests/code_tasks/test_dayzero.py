@@ -221,3 +221,12 @@ def test_the_docker_sandbox_gives_the_same_verdicts(dockerd: None):
     assert [(c.name, c.ok) for c in got] == [(c.name, c.ok) for c in checks.check_workspace(
         SPEC, BLOCK_NORM_AFTER_ROPE, f, BACKEND)]
     assert all(c.ok for c in got)  # shared_experts has no QK-norm: the misplaced norm never runs
+
+
+def test_an_episode_replays_to_the_same_rewards():
+    env = make("yarn", seed=2)
+    write(env, "spec.py", SPEC)
+    env.step({"kind": 4})
+    res = rsi_env.validate(env.state())
+    assert res.ok and res.replayed_total == pytest.approx(env.state()["rewards"][0]) and res.replayed_total > 0
+    env.close()
