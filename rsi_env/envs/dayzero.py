@@ -105,8 +105,9 @@ class DayZeroEnv(RsiEnv):
     far (the unmodified workspace's fraction scores 0), minus the simulated GPU-seconds x 0.0002.
     Binary, on submit: +1 if every hidden check passes — the `ModelSpec` fields of the full and tiny
     configs, ``param_count``, ``flops_per_token`` and ``kv_bytes`` (exact, at 1 to 200,000 tokens of
-    context), ``decoder_layer`` within 1e-6 of the reference on 3 seeds x 2 shapes x 2 layers — the
-    sim tier serves the loaded model without error, and on the real tier vLLM runs it and agrees.
+    context), ``decoder_layer`` within 1e-6 of the reference on 3 seeded inputs (7 or 24 tokens, from
+    position 0 or 300) x 2 layers — the sim tier serves the loaded model without error, and on the real
+    tier vLLM runs it and agrees.
 
     ## Starting State
 

