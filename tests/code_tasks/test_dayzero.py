@@ -53,6 +53,8 @@ def test_reference_solution_passes_and_the_template_does_not(feature: str):
     _, r1, *_ = write(env, "spec.py", SPEC)
     obs, r2, *_ = write(env, "block.py", BLOCK)
     assert r1 > 0 and r2 > 0 and "hidden checks: 11/11 pass" in obs["text"], obs["text"]
+    if feature == "shared_experts":  # the sim serves the loaded model: 13.8B parameters, not the template's 1.9B
+        assert env.model.num_experts == 60 and env.last_tels[0].num_gpu_blocks < env.base_tels[0].num_gpu_blocks
     obs, r, term, _, info = env.step({"kind": 4})
     assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
     assert info["feature"] == feature and all(info["checks"].values()) and len(info["checks"]) == 11
