@@ -4,11 +4,14 @@ hidden PyTorch reference's. One engine start for the module (run under ``flock /
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.dayzero.checks import load_feature
+from rsi_env.dayzero.checks import HIDDEN, load_feature
 from rsi_env.dayzero.vllm_check import MIN_MARGIN, NEW_TOKENS, VllmCheck, check_in_vllm, reference_tokens
 from rsi_env.envs.dayzero import TEMPLATE_DIR
 from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_QK_NORM
@@ -53,3 +56,13 @@ def test_plain_llama_in_vllm_does_not_match_the_reference():
     """The template (vLLM's Llama under the new names) runs, but without QK-norm its tokens are not the model's."""
     res = check_in_vllm((TEMPLATE_DIR / "vllm_model.py").read_text(), load_feature("qk_norm"))
     assert not res.ok and ("differ from the reference" in res.reason or "vLLM failed" in res.reason), res.reason
+
+
+def test_a_hostile_model_class_is_contained():
+    """vllm_model.py runs inside vLLM's processes, in a bubblewrap sandbox: no host writes, no hidden files."""
+    marker = f"/tmp/rsi-dayzero-{uuid.uuid4().hex[:8]}"
+    source = (f"open({marker!r}, 'w').write('x')\n"
+              f"REFERENCE = open({str(HIDDEN / 'reference_model.py')!r}).read()\n")
+    res = check_in_vllm(source, load_feature("qk_norm"))
+    assert not res.ok and "vLLM failed before generating" in res.reason, res.reason
+    assert not os.path.exists(marker)
