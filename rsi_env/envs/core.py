@@ -513,9 +513,12 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._recorded = True
         with self._recording():
             record_episode(self.state(), episode_id=self.episode_id, best_score=self.best_score, steps=self.steps,
-                           measurements=self.measurements,
-                           extra={"model": self.model.name, "hardware": self.hardware.name, "tier": self.tier_name,
-                                  "warm_start": self.warm_proposals, "cost": self.cost.to_dict()})
+                           measurements=self.measurements, extra=self._episode_extra())
+
+    def _episode_extra(self) -> dict[str, Any]:
+        """What the store keeps beside an episode's state: its context, warm start and cost."""
+        return {"model": self.model.name, "hardware": self.hardware.name, "tier": self.tier_name,
+                "warm_start": self.warm_proposals, "cost": self.cost.to_dict()}
 
     def _apply_warm_start(self) -> None:
         """Start from the given configuration, or from the store's best proposal for this context."""

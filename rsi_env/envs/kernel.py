@@ -162,6 +162,10 @@ class KernelEnv(RsiEnv):
             "text": spaces.Text(TEXT_MAX, min_length=0, charset=CHARSET)})
         self.workspace = None
         self.episode_sandbox: EpisodeSandbox | None = None
+        # RsiEnv's per-env settings its shared methods (state, recording, submit) read; a kernel has no engine
+        # configuration to warm-start or promote.
+        self.warm_start = False
+        self.promoter = None
         self._reset_state()
         self.start: KernelResult | None = None
         self.last: KernelResult | None = None
@@ -176,6 +180,9 @@ class KernelEnv(RsiEnv):
         """Check and time ``source`` on this episode's seeds, in a fresh sandbox."""
         return measure_kernel(source, self.op, self.seeds(submit), self.sizes, device=self.device,
                               timed_shapes=TIMED_SHAPES, backend=self.sandbox_backend)
+
+    def _episode_extra(self) -> dict[str, Any]:
+        return {"op": self.op, "model": self.model_name, "tier": self.tier_name, "device": self.device}
 
     def kernel_source(self) -> str:
         assert self.workspace is not None
