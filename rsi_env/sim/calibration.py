@@ -21,7 +21,7 @@ import yaml
 
 from rsi_env.errors import CalibrationError
 
-__all__ = ["Calibration", "COEFFICIENTS", "load_calibration", "user_calibration_dir"]
+__all__ = ["Calibration", "COEFFICIENTS", "MM_REF_PARAMS", "load_calibration", "user_calibration_dir"]
 
 
 @dataclass(frozen=True)
@@ -34,17 +34,24 @@ class Calibration:
     # GPU roofline efficiencies.
     mm_eff: float = 0.70          # dense GEMM FLOP/s reached on large batches, fraction of peak
     mm_half_tokens: float = 64.0  # tokens at which a GEMM reaches half of mm_eff (small batches underuse the MMA units)
+    # ... for a layer of MM_REF_PARAMS weights per GPU; smaller matrices (a small model, or one split by tensor
+    # parallelism) give fewer tiles per token and need more tokens: the half point scales as (ref/params)**exp.
+    mm_half_exp: float = 0.0
     roofline_sharpness: float = 3.0  # soft maximum of compute and memory time (higher: less overlap penalty)
     bw_eff: float = 0.80          # weight streaming, fraction of peak bandwidth
     attn_eff: float = 0.45        # prefill attention FLOP/s, fraction of peak
     kv_bw_eff: float = 0.60       # paged KV-cache reads, fraction of peak bandwidth
     comm_eff: float = 0.70        # all-reduce bus bandwidth, fraction of the link's
+    allreduce_s: float = 1.0e-5   # fixed cost of one all-reduce beyond the link latency (kernel, barrier)
     # Per-step overheads.
     step_s: float = 4.0e-4        # fixed device-side cost of a step (sampler, graph launch)
     per_req_s: float = 4.0e-6     # per scheduled request (metadata, sampling)
     per_token_s: float = 1.0e-8   # per scheduled token beyond the roofline (embedding, norms)
     piecewise_layer_s: float = 1.0e-5  # per layer, mixed batches (attention outside the CUDA graph)
-    eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph
+    eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph (enforce_eager)
+    uncaptured_layer_s: float = 3.0e-4  # per layer, CPU to launch a compiled model's batch above the largest CUDA
+    #                                     graph (overlaps the kernels: see StepCost._dispatch)
+    eager_allreduce_s: float = 5.0e-5  # per all-reduce launched outside a CUDA graph (tensor parallel, eager steps)
     cpu_step_s: float = 1.5e-3    # engine-core CPU per step (schedule + update)
     cpu_per_req_s: float = 1.2e-5  # engine-core CPU per running request per step
     cpu_per_new_req_s: float = 2.0e-4  # engine-core CPU per request admitted in the step (inputs, hashing)
@@ -76,6 +83,8 @@ class Calibration:
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
+
+MM_REF_PARAMS = 2.0e8  # weights per layer per GPU at which mm_half_tokens holds as fitted (a Llama-8B layer)
 
 COEFFICIENTS = tuple(f.name for f in fields(Calibration) if f.type in ("float", float))
 

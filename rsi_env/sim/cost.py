@@ -18,7 +18,7 @@ import numpy as np
 from rsi_env.engine.config import ResolvedConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
-from rsi_env.sim.calibration import Calibration
+from rsi_env.sim.calibration import MM_REF_PARAMS, Calibration
 
 __all__ = ["StepCost"]
 
@@ -52,6 +52,8 @@ class StepCost:
             m.shared_expert_params + m.hidden_size * m.num_experts)
         self._fixed_w_bytes = fixed * wb / tp
         self._flops_per_token = 2.0 * m.active_layer_params / tp
+        layer_params = max(1.0, m.active_layer_params / max(1, m.num_layers) / tp)
+        self._mm_half = cal.mm_half_tokens * (MM_REF_PARAMS / layer_params) ** cal.mm_half_exp
         self._expert_bytes = m.expert_params * wb / tp
         self._lm_bytes = m.lm_head_params * m.dtype_bytes / tp
         self._lm_flops_per_row = 2.0 * m.hidden_size * m.vocab_size / tp
@@ -85,8 +87,8 @@ class StepCost:
             w_bytes += m.num_moe_layers * active * self._expert_bytes
         sharp = self.cal.roofline_sharpness
         # GEMMs with few rows leave the tensor cores partly idle: efficiency saturates with the token count.
-        rate = self._mm_rate * tokens_padded / (tokens_padded + self.cal.mm_half_tokens)
-        lm_rate = self._mm_rate * rows / (rows + self.cal.mm_half_tokens)
+        rate = self._mm_rate * tokens_padded / (tokens_padded + self._mm_half)
+        lm_rate = self._mm_rate * rows / (rows + self._mm_half)
         t = _roof(self._flops_per_token * tokens_padded, rate, w_bytes, self._bw_rate, sharp)
         return t + _roof(self._lm_flops_per_row * rows, lm_rate, self._lm_bytes, self._bw_rate, sharp)
 
@@ -95,19 +97,34 @@ class StepCost:
         if self._tp > 1:
             nbytes = tokens_padded * self._hidden_bytes
             ring = 2.0 * (self._tp - 1) / self._tp * nbytes / self._comm_rate
-            t += 2.0 * self._layers * (self.hw.interconnect_latency_s + ring)
+            t += 2.0 * self._layers * (self.hw.interconnect_latency_s + self.cal.allreduce_s + ring)
         if self._pp > 1:
             t += (self._pp - 1) * (self.hw.interconnect_latency_s + tokens_padded * self._hidden_bytes / self._comm_rate)
         return t
 
     def _overhead(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
+        """Device time every step adds to its kernels: fixed, per request and per token, and launch costs."""
         cal = self.cal
         t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens
         if num_tokens > self._max_graph:
-            t += cal.eager_layer_s * self._layers
+            if self.cfg.enforce_eager:  # unfused kernels, each launched from Python
+                t += cal.eager_layer_s * self._layers
+            if self._tp > 1:  # two all-reduces a layer, each launched from Python
+                t += 2.0 * cal.eager_allreduce_s * self._layers
         elif not uniform_decode:
             t += cal.piecewise_layer_s * self._layers
         return t
+
+    def _dispatch(self, num_tokens: int) -> float:
+        """CPU time to launch a compiled model's step outside any CUDA graph (its pieces' Python wrappers).
+
+        The GPU runs the launched kernels meanwhile, so this overlaps the kernels' own time: it is what
+        a small step costs when it exceeds the largest captured size (e.g. a full batch of
+        ``max_num_seqs`` decodes plus a new prompt), and hidden under a large prefill.
+        """
+        if num_tokens <= self._max_graph or self.cfg.enforce_eager:
+            return 0.0
+        return self.cal.uncaptured_layer_s * self._layers
 
     def cpu_time(self, num_running: int, num_new: int = 0) -> float:
         return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running + self.cal.cpu_per_new_req_s * num_new
@@ -121,10 +138,10 @@ class StepCost:
                   prefill_pairs: float, prefill_ctx_tokens: float, uniform_decode: bool, num_new: int = 0) -> float:
         """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests."""
         tp_ = self.padded(num_tokens)
-        device = (self._linear(tp_, num_reqs) + self._comm(tp_)
-                  + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
-                  + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate
-                  + self._overhead(num_tokens, num_reqs, uniform_decode))
+        kernels = (self._linear(tp_, num_reqs) + self._comm(tp_)
+                   + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
+                   + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
+        device = max(kernels, self._dispatch(num_tokens)) + self._overhead(num_tokens, num_reqs, uniform_decode)
         return self.combine(device, self.cpu_time(num_running, num_new))
 
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
@@ -134,11 +151,12 @@ class StepCost:
         span costs one roofline evaluation and a vector operation.
         """
         tp_ = self.padded(batch)
-        base = self._linear(tp_, batch) + self._comm(tp_) + self._overhead(batch, batch, True)
+        base = self._linear(tp_, batch) + self._comm(tp_)
         ctx = ctx0 + batch * np.arange(steps, dtype=np.float64)
         if self._window is not None:
             ctx = np.minimum(ctx, batch * float(self._window))
-        device = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
+        kernels = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
+        device = np.maximum(kernels, self._dispatch(batch)) + self._overhead(batch, batch, True)
         cpu = self.cpu_time(num_running)
         if self.cfg.async_scheduling:
             return np.maximum(device, cpu)
