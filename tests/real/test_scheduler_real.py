@@ -53,6 +53,7 @@ PRESS = Workload.from_dict({"name": "press", "seed": 8, "requests": 4, "prompt_t
                             "arrival": {"process": "burst"}})
 FLAGS = {"max_model_len": 1024, "enforce_eager": True, "max_num_seqs": 4}
 KV_BLOCKS = 9  # 128-token blocks: 1024 tokens for requests, one block vLLM keeps back
+SANDBOX = "bubblewrap"  # the sandbox is not under test here, and Docker's engine may come and go on a shared machine
 
 
 def _copy(w: Workload, name: str) -> Workload:
@@ -64,8 +65,8 @@ def measured(tmp_path_factory):
     log = tmp_path_factory.mktemp("sched") / "policy_log.jsonl"
     fcfs_w = [_copy(ORDER, "order_fcfs"), _copy(PRESS, "press_fcfs")]
     spf_w = [_copy(ORDER, "order_spf"), _copy(PRESS, "press_spf")]
-    keys = {**policy_keys(TEMPLATE.read_text(), {w.name: request_table(w.trace()) for w in fcfs_w}),
-            **policy_keys(SPF, {w.name: request_table(w.trace()) for w in spf_w})}
+    keys = {**policy_keys(TEMPLATE.read_text(), {w.name: request_table(w.trace()) for w in fcfs_w}, SANDBOX),
+            **policy_keys(SPF, {w.name: request_table(w.trace()) for w in spf_w}, SANDBOX)}
     tier = RealTier(timeout_s=600, env={"RSI_POLICY_LOG": str(log)}, engine_args={"num_gpu_blocks_override": KV_BLOCKS})
     tels = tier.measure_all(FLAGS, "tiny-llama", "cpu", fcfs_w + spf_w, policy_keys=keys)
     rows = {r["workload"]: r for r in tier.last_rows}
@@ -142,7 +143,7 @@ def test_preemption_victims_follow_victim_key(measured):
 
 
 def test_env_measures_the_workspace_policy_on_the_real_tier():
-    env = gym.make("RSI/Scheduler-v0", tier="real", hardware="cpu", model="tiny-llama").unwrapped
+    env = gym.make("RSI/Scheduler-v0", tier="real", hardware="cpu", model="tiny-llama", sandbox=SANDBOX).unwrapped
     assert env.tier.name == "real" and [w for w in env.workload_names] == ["bursty_chat_cpu", "mixed_rag_cpu"]
     obs, info = env.reset(seed=0)
     assert all(t["tier"] == "real" and t["error"] is None for t in info["telemetry"]), info["telemetry"]
