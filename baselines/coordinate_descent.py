@@ -28,6 +28,10 @@ def coordinate_descent(ev: Evaluator, rng: np.random.Generator | None = None, ba
     """Spend ``ev``'s budget on coordinate descent (deterministic and sequential: ``rng``, ``batch_size`` unused)."""
     best = start_indices(ev)
     best_score = 0.0
+    if ev.warm:  # a warm start: measure experience's proposals, descend from the best of them
+        for idx, s in zip(ev.warm, ev.evaluate(ev.warm[: ev.left]), strict=False):
+            if s is not None and math.isfinite(s) and s > best_score + 1e-12:
+                best, best_score = dict(idx), s
     improved = True
     while improved and ev.left > 0:
         improved = False

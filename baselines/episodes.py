@@ -43,4 +43,5 @@ def run_agent(baseline: str, env_id: str, seed: int, budget: int, agent: Agent,
             if progress.best > previous:
                 best_config = rsi.config.to_dict(only_set=True)
     env.close()
-    return RunResult(baseline, env_id, seed, budget, progress.history, time.perf_counter() - t0, best_config)
+    return RunResult(baseline, env_id, seed, budget, progress.history, time.perf_counter() - t0, best_config,
+                     rsi.cost.to_dict())

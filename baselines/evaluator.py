@@ -78,6 +78,8 @@ class Evaluator:
     budget: int
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     measurer: Measurer = local_measurer
+    # Proposals from experience (`baselines.warm_start.warm_indices`) that searches try first; empty: a cold start.
+    warm: list[dict[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.env: RsiEnv = rsi_env_of(gym.make(self.env_id, **dict(self.env_kwargs)))
@@ -139,7 +141,8 @@ class Evaluator:
         if not todo:
             return out
         tels = self.measurer(self.env, [c for _, _, c in todo])
-        for (k, idx, _), t in zip(todo, tels, strict=True):
+        for (k, idx, cfg), t in zip(todo, tels, strict=True):
+            self.env.cost.add(self.env.tier_name, t, cfg, self.env.hardware)  # GPU-seconds per tier, with the env's
             s = score(t, self.env.base_tels, self.env.task)
             self._seen[tuple(sorted(idx.items()))] = s
             self.trials.append(Trial(idx, s, True))

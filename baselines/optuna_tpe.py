@@ -38,6 +38,8 @@ def optuna_tpe(ev: Evaluator, rng: np.random.Generator, batch_size: int = 1) -> 
     sampler = optuna.samplers.TPESampler(seed=int(rng.integers(2**31)), n_startup_trials=min(10, ev.budget // 3 + 1))
     study = optuna.create_study(direction="maximize", sampler=sampler)
     ordered = {f: _ordered(ladder(ev.env, f)) for f in ev.flags}
+    for idx in ev.warm:  # a warm start: experience's proposals are the first trials (TPE learns from them)
+        study.enqueue_trial({f: idx[f] for f in ev.flags}, skip_if_exists=True)
     asks = 0
     while ev.left > 0 and asks < _ASKS_PER_MEASUREMENT * ev.budget:
         trials = [study.ask() for _ in range(min(batch_size, ev.left))]

@@ -20,6 +20,9 @@ def random_search(ev: Evaluator, rng: np.random.Generator, batch_size: int = 1) 
     """Spend ``ev``'s budget on uniformly random valid configurations."""
     seen: set[tuple[int, ...]] = set()
     draws = 0
+    if ev.warm:  # a warm start: experience's proposals first
+        ev.evaluate(ev.warm[: ev.left])
+        seen.update(tuple(idx[f] for f in ev.flags) for idx in ev.warm)
     while ev.left > 0 and draws < _DRAWS_PER_MEASUREMENT * ev.budget:
         batch: list[dict[str, int]] = []
         while len(batch) < min(batch_size, ev.left) and draws < _DRAWS_PER_MEASUREMENT * ev.budget:

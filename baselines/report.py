@@ -2,8 +2,10 @@
 
 Per baseline: the mean and per-seed improvement over vLLM's defaults (what the agent keeps: its
 best configuration or the defaults), the best configuration measured (which can be worse than the
-defaults), measurements used and wall seconds. The plot is the best score measured so far against
-the number of measurements, averaged over seeds, as a change from vLLM's defaults.
+defaults), measurements used, wall seconds, and the GPU-seconds the run's measurements took (on the
+sim tier: would have taken on the real engine, the baseline's included) with their cost in USD. The
+plot is the best score measured so far against the number of measurements, averaged over seeds, as a
+change from vLLM's defaults.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def summarize(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
             "measurements_mean": _mean([float(r.measurements) for r in rs]),
             "to_best_mean": _mean([None if r.to_best is None else float(r.to_best) for r in rs]),
             "wall_s_mean": _mean([r.wall_s for r in rs]),
+            "gpu_seconds_mean": _mean([r.gpu_seconds for r in rs]),
+            "cost_usd_mean": _mean([r.cost_usd for r in rs]),
             "seeds": [r.seed for r in rs],
             "improvement_pct": [r.improvement_pct for r in rs],
             "measurements": [r.measurements for r in rs],
@@ -86,13 +90,14 @@ def write_markdown(env_id: str, results: Sequence[RunResult], notes: Mapping[str
     if header:
         lines += [header, ""]
     lines += ["| baseline | improvement vs vLLM defaults, mean (%) | per seed (%) | best measured, mean (%) "
-              "| measurements used | to its best | wall s |", "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+              "| measurements used | to its best | wall s | GPU-s (USD) |",
+              "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, s in summary.items():
         per_seed = ", ".join(_fmt(x, digits) for x in s["improvement_pct"])
         lines.append(f"| {name} | {_fmt(s['improvement_pct_mean'], digits)} | {per_seed} | "
                      f"{_fmt(s['best_measured_pct_mean'], digits)} | {s['measurements_mean']:.1f} | "
                      f"{'—' if s['to_best_mean'] is None else format(s['to_best_mean'], '.1f')} | "
-                     f"{s['wall_s_mean']:.2f} |")
+                     f"{s['wall_s_mean']:.2f} | {s['gpu_seconds_mean'] or 0:.0f} (${s['cost_usd_mean'] or 0:.2f}) |")
     for name, note in notes.items():
         lines.append(f"\n*{name}*: {note}")
     text = "\n".join(lines) + "\n"

@@ -33,6 +33,16 @@ class RunResult:
     history: list[float]
     wall_s: float
     config: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, dict[str, float]] = field(default_factory=dict)  # per tier: GPU-seconds and USD (CostMeter)
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds over every tier (sim: what the same measurements would have taken on the real engine)."""
+        return sum(t["gpu_seconds"] for t in self.cost.values())
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(t["usd"] for t in self.cost.values())
 
     @property
     def measurements(self) -> int:
@@ -61,7 +71,7 @@ class RunResult:
         return {"baseline": self.baseline, "env_id": self.env_id, "seed": self.seed, "budget": self.budget,
                 "improvement_pct": self.improvement_pct, "best_measured_pct": self.best_measured_pct,
                 "measurements": self.measurements, "to_best": self.to_best, "wall_s": self.wall_s,
-                "config": self.config,
+                "config": self.config, "cost": self.cost,
                 "history": [s if math.isfinite(s) else None for s in self.history]}
 
     @classmethod
@@ -69,8 +79,9 @@ class RunResult:
         """Back from :meth:`to_dict` (``None`` in the history is a failed measurement)."""
         history = [-math.inf if h is None else float(h) for h in raw["history"]]
         return cls(raw["baseline"], raw["env_id"], int(raw["seed"]), int(raw["budget"]), history,
-                   float(raw["wall_s"]), dict(raw.get("config") or {}))
+                   float(raw["wall_s"]), dict(raw.get("config") or {}), dict(raw.get("cost") or {}))
 
     @classmethod
     def from_evaluator(cls, baseline: str, ev: Evaluator) -> RunResult:
-        return cls(baseline, ev.env_id, ev.seed, ev.budget, list(ev.progress.history), ev.wall_s, ev.best_config())
+        return cls(baseline, ev.env_id, ev.seed, ev.budget, list(ev.progress.history), ev.wall_s, ev.best_config(),
+                   ev.env.cost.to_dict())

@@ -30,6 +30,7 @@ from baselines.random_search import random_search
 from baselines.report import write_report
 from baselines.results import RunResult
 from rsi_env.envs.task import list_tasks
+from rsi_env.store import recording
 
 __all__ = ["FLAG_TASKS", "SEARCHES", "main", "run_searches", "run_task"]
 
@@ -46,8 +47,9 @@ def run_searches(env_id: str, names: Sequence[str], seeds: Sequence[int], budget
     results = []
     for seed in seeds:
         for name in names:
-            ev = Evaluator(env_id, seed, budget, measurer=measurer)
-            SEARCHES[name](ev, np.random.default_rng(seed), batch_size)
+            with recording(source=f"search:{name}"):  # who asked, in the experience store
+                ev = Evaluator(env_id, seed, budget, measurer=measurer)
+                SEARCHES[name](ev, np.random.default_rng(seed), batch_size)
             results.append(RunResult.from_evaluator(name, ev))
             ev.close()
     return results

@@ -70,10 +70,13 @@ def train_sb3(env_id: str, timesteps: int, out: Path, *, budget: int | None = No
 
 
 def evaluate_sb3(model: Any, env_id: str, seeds: Sequence[int], budget: int, baseline: str = "ppo_sb3",
-                 actions: str = "direct", deterministic: bool = True, **env_kwargs: Any) -> list[RunResult]:
+                 actions: str = "direct", deterministic: bool = True, warm_start: bool = False,
+                 **env_kwargs: Any) -> list[RunResult]:
     """The masked policy, greedy or sampled, one episode per held-out seed, ``budget`` measurements each.
 
     Sampling draws from torch's generator, seeded with the episode's seed, so a sampled run repeats.
+    ``warm_start`` (``actions="direct"`` only): the first actions are the experience store's proposals
+    for the episode's context (`baselines.warm_start.warm_agent`), then the policy's.
     """
     import torch
 
@@ -86,7 +89,14 @@ def evaluate_sb3(model: Any, env_id: str, seeds: Sequence[int], budget: int, bas
     results = []
     for s in seeds:
         torch.manual_seed(s)
-        results.append(run_agent(baseline, env_id, s, budget, act, view, **env_kwargs))
+        agent = act
+        if warm_start:
+            from baselines.warm_start import warm_agent
+
+            if actions != "direct":
+                raise ValueError("warm_start needs actions='direct' (a proposal is a whole configuration)")
+            agent = warm_agent(act)
+        results.append(run_agent(baseline, env_id, s, budget, agent, view, **env_kwargs))
     return results
 
 

@@ -102,9 +102,42 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from rsi_env.sim.fit import run_calibration
 
-    report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
-                             out=args.out, seed=args.seed)
+    if args.from_store:
+        from rsi_env.store.calibrate import calibrate_from_store
+        from rsi_env.store.cli import _store
+
+        report = calibrate_from_store(_store(args), args.hardware, engine_version=args.engine_version, out=args.out,
+                                      seed=args.seed, max_nfev=args.max_nfev, num_gpus=args.num_gpus or None)
+        report["summary"] += f"\n  written to {report['path']} (the simulator now uses it: the newest fit)"
+    elif not args.measurements:
+        raise RsiEnvError("calibrate needs --measurements FILE.jsonl ... or --from-store")
+    else:
+        report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
+                                 out=args.out, seed=args.seed, max_nfev=args.max_nfev)
     print(json.dumps(report, indent=2) if args.json else report["summary"])
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rsi_env.evaluate import STAGES, evaluate, load_plan
+    from rsi_env.evaluate.report import render_markdown
+
+    plan = load_plan(args.plan)
+    if args.out:
+        import dataclasses
+        from pathlib import Path
+
+        plan = dataclasses.replace(plan, out=Path(args.out))
+    stages = STAGES if args.stage == "all" else (args.stage,)
+    rep = evaluate(plan, stages, gpus=[g for g in args.gpus.split(",") if g.strip()], deadline_s=args.deadline_s)
+    if rep is None:
+        print(f"{', '.join(stages)}: done ({plan.candidates if 'search' in stages else plan.out})")
+    elif args.json:
+        from rsi_env.evaluate.report import finite
+
+        print(json.dumps(finite(rep), indent=1))
+    else:
+        print(render_markdown(rep))
     return 0
 
 
@@ -148,12 +181,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("calibrate", help="fit the simulator's coefficients to real measurements")
     c.add_argument("--hardware", required=True)
-    c.add_argument("--measurements", required=True, nargs="+", help="JSON-lines files from the real tier")
+    c.add_argument("--measurements", nargs="+", default=[], help="JSON-lines files from the real tier")
+    c.add_argument("--from-store", action="store_true",
+                   help="fit to the experience store's real-tier rows; written to the user's calibration directory")
+    c.add_argument("--store", default=None, help="with --from-store: store URL (default: RSI_ENV_STORE)")
+    c.add_argument("--num-gpus", type=int, default=1, help="with --from-store: rows measured on this many GPUs (0: all)")
+    c.add_argument("--max-nfev", type=int, default=60, help="least-squares evaluations of the timing fit")
     c.add_argument("--engine-version", default="0.26")
     c.add_argument("--out", default=None, help="where to write the calibration YAML")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_calibrate)
+
+    e = sub.add_parser("eval", help="two-tier evaluation: search on sim, promote the best to real, report")
+    e.add_argument("--plan", required=True, help="configs/eval/<plan>.yaml")
+    e.add_argument("--stage", choices=("all", "search", "promote", "report"), default="all")
+    e.add_argument("--gpus", default="", help="promote: GPU ids to measure on in parallel, e.g. 0,1")
+    e.add_argument("--deadline-s", type=float, default=None, help="promote: seconds from now (default: the plan's)")
+    e.add_argument("--out", default=None, help="folder for real.jsonl and the report (default: the plan's out)")
+    e.add_argument("--json", action="store_true", help="report: print it as JSON")
+    e.set_defaults(func=_cmd_eval)
+
+    from rsi_env.store.cli import add_experience_parser
+
+    add_experience_parser(sub)
     return p
 
 

@@ -3,7 +3,8 @@
 The search drives the environment through its own actions (flag steps with auto-bench), so what it
 prints is exactly what an agent would have earned: the best configuration found, its telemetry
 beside vLLM's defaults for every workload, the submission's verdict, and a PNG of the objective
-over the steps.
+over the steps; what it cost in GPU-seconds (simulated: what the real engine would have taken);
+and how much experience it left in the store (every measurement and the episode are recorded there).
 """
 
 from __future__ import annotations
@@ -75,13 +76,21 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
     gain = math.expm1(best) * 100
     lines += ["", f"objective vs vLLM defaults: {gain:+.1f}% (score {best:+.4f}); submission "
               f"{'PASSED' if info['verdict']['passed'] else 'FAILED'}: {info['verdict']['guards']}"]
+    lines.append(f"cost: {env.cost.summary()}")
+    env.close()  # records the episode in the experience store
+    from rsi_env.store import default_store
+
+    store = default_store()
+    stored = store.stats() if store is not None else None
+    lines.append(f"experience store: {stored['measurements']} measurements, {stored['episodes']} episodes in "
+                 f"{stored['store']} (rsi-env experience stats)" if stored else
+                 "experience store: off (RSI_ENV_STORE); nothing recorded")
     if plot:
         _plot(history, env_id, plot)
         lines.append(f"plot: {Path(plot).resolve()}")
     print("\n".join(lines))
-    env.close()
     return {"best_score": best, "gain": gain, "config": best_cfg.to_dict(only_set=True), "history": history,
-            "passed": info["verdict"]["passed"], "seconds": wall}
+            "passed": info["verdict"]["passed"], "seconds": wall, "cost": env.cost.to_dict(), "store": stored}
 
 
 def _plot(history: list[float], env_id: str, path: str) -> None:

@@ -8,7 +8,8 @@
     ├── HardwareSpecError            an unknown or malformed hardware entry
     ├── WorkloadError                a workload file that is malformed (names the field and the fix)
     ├── CatalogError                 an id that is not in a catalog (lists the ids that are)
-    └── CalibrationError             calibration data that is missing or does not fit
+    ├── CalibrationError             calibration data that is missing or does not fit
+    └── StoreError                   an experience store that cannot be opened, read or written (names the file)
 
 A measurement that fails the way an engine fails (out of memory, a refused config) is *not* an
 exception: it is returned as ``Telemetry.error`` so that an episode survives it.
@@ -23,6 +24,7 @@ __all__ = [
     "InvalidConfigError",
     "ModelSpecError",
     "RsiEnvError",
+    "StoreError",
     "WorkloadError",
 ]
 
@@ -69,3 +71,7 @@ class CatalogError(RsiEnvError, KeyError):
 
 class CalibrationError(RsiEnvError, ValueError):
     """Calibration coefficients or measurements that are missing or inconsistent."""
+
+
+class StoreError(RsiEnvError):
+    """An experience store that cannot be opened, migrated, read or written (names the file and the fix)."""

@@ -13,6 +13,24 @@ import pytest
 
 from rsi_env.engine import load_hardware, load_model
 
+_STORE_ROOT: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session records into its own experience store and calibration directory, never the user's.
+
+    Set before any test module is imported (some read the calibration at import); subprocesses inherit it.
+    """
+    root = tempfile.mkdtemp(prefix="rsi-test-store-")
+    _STORE_ROOT.append(root)
+    os.environ["RSI_ENV_STORE"] = f"sqlite:///{root}/experience.sqlite"
+    os.environ["RSI_ENV_CALIBRATION_DIR"] = f"{root}/calibration"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for root in _STORE_ROOT:
+        shutil.rmtree(root, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def llama8b():

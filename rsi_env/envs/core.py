@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import string
+import uuid
 from dataclasses import replace
 from typing import Any, SupportsFloat
 
@@ -23,11 +24,14 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Arrival, Workload, load_workload
 from rsi_env.envs.measure import get_tier
+from rsi_env.envs.promotion import Promoter
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import InvalidConfigError, RsiEnvError, WorkloadError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict
 from rsi_env.sandbox import EditError, ShellResult, Workspace, run_shell
+from rsi_env.store.cost import CostMeter
+from rsi_env.store.record import record_episode, recording
 
 __all__ = ["RsiEnv", "KIND_NAMES", "OBS_FIELDS"]
 
@@ -59,10 +63,20 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
-    max_measurements=None, shell_timeout_s=10.0)``: ``model``/``hardware`` default to the task's;
+    max_measurements=None, shell_timeout_s=10.0, promote_on_submit=False, warm_start=False)``:
+    ``model``/``hardware`` default to the task's;
     ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
     on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
-    does the same per episode); ``allow_fp8`` and ``max_measurements`` override the task's.
+    does the same per episode); ``allow_fp8`` and ``max_measurements`` override the task's;
+    ``promote_on_submit`` (sim tier only) re-measures the submitted configuration and vLLM's defaults
+    on the real tier at submit, and the binary reward's guards — the output guard among them — are
+    judged on those real measurements (`rsi_env.envs.promotion`); the continuous reward stays on sim,
+    and ``info["promotion"]`` holds both tiers' scores and the real telemetry.
+    ``warm_start=True`` starts each episode from the best configuration the experience store proposes
+    for this (model, hardware, workloads) (`rsi_env.store.warm_start`; not measured yet, the reward
+    still counts against vLLM's defaults; every proposal is in ``info["warm_start"]``); a dict starts
+    from that configuration (``state()`` records the one used, so a replay starts where the episode did).
+    Every measurement and episode is recorded in the experience store (``RSI_ENV_STORE``; ``off`` disables).
 
     ## Action Space
 
@@ -83,12 +97,15 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     metadata = {"render_modes": ["ansi"]}
     task_id: str = ""
+    # Whether the real tier measures what the agent changes (False where the change runs on sim only).
+    promotable: bool = True
 
     def __init__(self, task: Task | str | None = None, *, tier: str = "sim", model: str | None = None,
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
                  auto_bench: bool | None = None, seed: int | None = None, engine_version: str = "0.26",
                  num_gpus: int | None = None, allow_fp8: bool | None = None, max_measurements: int | None = None,
-                 shell_timeout_s: float = 10.0,
+                 shell_timeout_s: float = 10.0, promote_on_submit: bool = False,
+                 warm_start: bool | dict[str, Any] = False,
                  render_mode: str | None = None) -> None:
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
         if allow_fp8 is not None:
@@ -101,8 +118,15 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                        "max_steps": max_steps, "auto_bench": auto_bench, "seed": seed,
                        "engine_version": engine_version, "num_gpus": num_gpus, "allow_fp8": allow_fp8,
                        "max_measurements": max_measurements,
-                       "shell_timeout_s": shell_timeout_s}
+                       "shell_timeout_s": shell_timeout_s, "promote_on_submit": promote_on_submit,
+                       "warm_start": warm_start}
+        self.warm_start = warm_start
         self.tier_name = tier
+        if promote_on_submit and tier != "sim":
+            raise RsiEnvError("promote_on_submit promotes a sim-tier search to the real tier: use tier='sim'")
+        if promote_on_submit and not self.promotable:
+            raise RsiEnvError(f"{self.task.id} cannot be promoted: the real tier does not run what its agent edits")
+        self.promoter = Promoter() if promote_on_submit else None
         self.tier = get_tier(tier, engine_version)
         self.model = load_model(model or t.default_model)
         self.hardware = load_hardware(hardware or t.default_hardware)
@@ -162,6 +186,12 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.episode_seed: int | None = None
         self.done = False
         self.verdict: Verdict | None = None
+        self.promotion: dict[str, Any] | None = None
+        self.episode_id = uuid.uuid4().hex  # the store's key of this episode (not drawn from np_random)
+        self._recorded = True  # nothing to record until an action is taken
+        self.warm_proposals: list[dict[str, Any]] = []
+        self.config_at_reset: dict[str, Any] = {}
+        self.cost = CostMeter()  # GPU-seconds and USD per tier, the baseline's measurement included
 
     def _seeded(self, seed: int) -> list[Workload]:
         return [replace(w, seed=w.seed + seed) for w in self._base_workloads]
@@ -172,6 +202,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         super().reset(seed=seed)
         if self.workspace is not None:
             self.workspace.close()
+        self._record_episode()
         self._reset_state()
         s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
         self.episode_seed = int(s)
@@ -181,13 +212,21 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.workspace = Workspace(self.task.editable_files)
         for w in self.workloads:
             self.workspace.write(f"workloads/{w.name}.yaml", yaml.safe_dump(w.to_dict(), sort_keys=False))
+        if self.warm_start is not False:
+            self._apply_warm_start()
+        self.config_at_reset = self.config.to_dict(only_set=True)
         self._write_serving()
         self.workspace.write("TASK.md", self._task_text())
-        self.base_tels = self.tier.measure_all(self.baseline_config, self.model, self.hardware, self.workloads)
+        with self._recording():
+            self.base_tels = self.tier.measure_all(self.baseline_config, self.model, self.hardware, self.workloads)
+        self.cost.add(self.tier_name, self.base_tels, self.baseline_config, self.hardware)
         self.last_tels = list(self.base_tels)
         self.text = _clean(f"{self.task.id}: {self.task.summary}\nbaseline measured: "
                            + self._tel_text(self.base_tels))
-        return self._obs(), self._info()
+        info = self._info()
+        if self.warm_start is not False:
+            info["warm_start"] = self.warm_proposals
+        return self._obs(), info
 
     def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
         if self.workspace is None:
@@ -197,25 +236,29 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.steps += 1
         act = self._normalise(action)
         self.actions.append(act)
+        self._recorded = False
         events: list[object] = []
         kind = act["kind"]
         try:
-            if kind == FLAG:
-                events += self._do_flag(act)
-            elif kind == EDIT:
-                events += self._do_edit(act)
-            elif kind == SHELL:
-                self.text = _clean(self._run_shell(act["command"]).summary())
-            elif kind == BENCH:
-                events += self._do_bench(explicit=True)
-            elif kind == SUBMIT:
-                events += self._do_submit()
+            with self._recording():
+                if kind == FLAG:
+                    events += self._do_flag(act)
+                elif kind == EDIT:
+                    events += self._do_edit(act)
+                elif kind == SHELL:
+                    self.text = _clean(self._run_shell(act["command"]).summary())
+                elif kind == BENCH:
+                    events += self._do_bench(explicit=True)
+                elif kind == SUBMIT:
+                    events += self._do_submit()
         except (RsiEnvError, ValueError) as exc:  # a bad action is reported, never fatal
             self.text = _clean(f"error: {exc}")
         reward = sum(r.update(e) for e in events for r in self.rewards)
         self.reward_log.append(float(reward))
         terminated = self.done
         truncated = not terminated and self.steps >= self.max_steps
+        if terminated or truncated:
+            self._record_episode()
         return self._obs(), float(reward), terminated, truncated, self._info()
 
     def render(self) -> str | None:  # type: ignore[override]  # ansi mode renders text
@@ -224,6 +267,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return None
 
     def close(self) -> None:
+        self._record_episode()
         if self.workspace is not None:
             self.workspace.close()
             self.workspace = None
@@ -334,6 +378,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return []
         self.measurements += 1
         tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+        self.cost.add(self.tier_name, tels, self.config, self.hardware)
         self.last_tels = tels
         self.measured_config = self.config
         s = score(tels, self.base_tels, self.task)
@@ -353,6 +398,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             events += self._do_bench(explicit=True)
             if self.measured_config != self.config:  # the budget was spent: verify anyway, charged, never paid
                 self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+                self.cost.add(self.tier_name, self.last_tels, self.config, self.hardware)
                 self.last_score = score(self.last_tels, self.base_tels, self.task)
                 gpu_s = sum(t.duration_s * self._gpus(self.config) for t in self.last_tels if t.ok)
                 events.append(MeasureEvent(-math.inf, gpu_s))
@@ -367,7 +413,27 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                                         self.workloads, seen, s)
         self.done = True
         self.text = _clean(self.verdict.summary())
+        if self.promoter is not None:
+            self.verdict = self._promote(seen, self.verdict)
         return events + [SubmitEvent(self.verdict)]
+
+    def _promote(self, seen: list[Workload | None], sim_verdict: Verdict) -> Verdict:
+        """Measure the submitted configuration and the defaults on real; the verdict there (see promotion.py)."""
+        assert self.promoter is not None
+        p = self.promoter
+        fresh = not p.has_baseline(self.baseline_config, self.model, self.hardware, self.workloads)
+        base = p.baseline(self.baseline_config, self.model, self.hardware, self.workloads)
+        real = base if self.config == self.baseline_config else p.measure(self.config, self.model, self.hardware,
+                                                                          self.workloads)
+        rs = score(real.tels, base.tels, self.task)
+        outputs = None if self.task.allow_fp8 else p.outputs(base, real)
+        verdict = check_submission(self.task, self.config, self.baseline_config, real.tels, self.workloads, seen,
+                                   rs, outputs)
+        gpu_s = (base.gpu_s if fresh else 0.0) + (real.gpu_s if real is not base else 0.0)
+        self.promotion = p.info(self.last_score, rs, sim_verdict.passed, real, base, outputs, gpu_s)
+        self.text = _clean(f"sim: {sim_verdict.summary()}\npromoted to real ({self._tel_text(real.tels)}):\n"
+                           + verdict.summary())
+        return verdict
 
     # ---- observation --------------------------------------------------------------------------------
     def _gpus(self, cfg: EngineConfig) -> int:
@@ -407,7 +473,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 "best_score": self.best_score, "measurements": self.measurements, "steps": self.steps,
                 "telemetry": [t.to_dict() for t in self.last_tels],
                 "verdict": None if self.verdict is None else {
-                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}}}
+                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}},
+                "promotion": self.promotion}
 
     def _tel_text(self, tels: list[Telemetry]) -> str:
         parts = []
@@ -434,10 +501,63 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 f"{list(self.workload_names)}, SLO {t.slo}, attainment >= {t.slo_attainment}. Submit beats vLLM's "
                 f"defaults by {t.improvement_threshold:.0%} to pass. Editable: {list(t.editable_files)}.\n")
 
+    # ---- experience ---------------------------------------------------------------------------------
+    def _recording(self) -> Any:
+        """Label this env's measurements in the experience store: who asked, which episode."""
+        return recording(source=f"env:{self.task.id}", episode=self.episode_id)
+
+    def _record_episode(self) -> None:
+        """Write the episode so far to the experience store (once per change; a no-op when the store is off)."""
+        if self._recorded or not self.actions:
+            return
+        self._recorded = True
+        with self._recording():
+            record_episode(self.state(), episode_id=self.episode_id, best_score=self.best_score, steps=self.steps,
+                           measurements=self.measurements, extra=self._episode_extra())
+
+    def _episode_extra(self) -> dict[str, Any]:
+        """What the store keeps beside an episode's state: its context, warm start and cost."""
+        return {"model": self.model.name, "hardware": self.hardware.name, "tier": self.tier_name,
+                "warm_start": self.warm_proposals, "cost": self.cost.to_dict()}
+
+    def _apply_warm_start(self) -> None:
+        """Start from the given configuration, or from the store's best proposal for this context."""
+        if isinstance(self.warm_start, dict):
+            start = {**self.task.start, **self.warm_start}
+            self.check_config(EngineConfig.from_dict(start))  # a bad given start is the caller's error
+            self.config = EngineConfig.from_dict(start)
+            return
+        from rsi_env.store.record import default_store
+        from rsi_env.store.warm_start import propose
+
+        store = default_store()
+        if store is None:
+            self.text = "warm start: the experience store is off (RSI_ENV_STORE); starting from vLLM's defaults"
+            return
+
+        def refuse(cfg: dict[str, Any]) -> str | None:
+            try:
+                self.check_config(EngineConfig.from_dict({**self.task.start, **cfg}))
+            except (RsiEnvError, ValueError) as exc:
+                return str(exc)
+            return None
+
+        fixed = self.fixed_flags()
+        props = propose(store, self.task, self.model, self.hardware, self.workloads,
+                        engine_version=self.tier.engine_version, tier=self.tier_name,
+                        flags=[f for f in self.flag_names if f not in fixed], refuse=refuse)
+        self.warm_proposals = [{"config": p.config, "estimate": p.estimate, "support": p.support,
+                                "distance": p.distance, "sources": list(p.sources)} for p in props]
+        if props:
+            self.config = EngineConfig.from_dict({**self.task.start, **props[0].config})
+
     # ---- replay -----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """The episode so far as data: task, kwargs, seed, actions, rewards (see `rsi_env.envs.state`)."""
-        return {"task": self.task.id, "kwargs": dict(self.kwargs), "seed": self.episode_seed,
+        kwargs = dict(self.kwargs)
+        if self.warm_start is not False:  # the start actually used, so that a replay starts there too
+            kwargs["warm_start"] = self.config_at_reset
+        return {"task": self.task.id, "kwargs": kwargs, "seed": self.episode_seed,
                 "actions": [dict(a) for a in self.actions], "rewards": list(self.reward_log),
                 "final_config": self.config.to_dict(only_set=True),
                 "passed": None if self.verdict is None else self.verdict.passed}

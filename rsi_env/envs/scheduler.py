@@ -166,6 +166,7 @@ class SchedulerEnv(RsiEnv):
     """
 
     task_id = "RSI/Scheduler-v0"
+    promotable = False  # promotion measures with a plain RealTier (vLLM's own scheduler); tier="real" runs the policy
 
     def __init__(self, task: Task | str | None = None, *, sandbox: str = "auto", **kwargs: Any) -> None:
         base = task if isinstance(task, Task) else load_task(task or self.task_id)

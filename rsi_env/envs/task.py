@@ -22,6 +22,7 @@ __all__ = ["Task", "list_tasks", "load_task"]
 _METRICS_MAX = {"goodput_req_per_s", "out_tok_per_s", "total_tok_per_s", "req_per_s"}
 _METRICS_MIN = {"ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99",
                 "cost_per_mtok_usd", "good_cost_per_mtok_usd"}
+_METRICS_CODE = {"speedup_vs_reference"}  # RSI/Kernel-v0: eager reference time / kernel time
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Task:
             if unknown:
                 raise RsiEnvError(f"task {raw['id']}: unknown flags {unknown}")
             metric = obj["metric"]
-            if metric not in _METRICS_MAX | _METRICS_MIN:
+            if metric not in _METRICS_MAX | _METRICS_MIN | _METRICS_CODE:
                 raise RsiEnvError(f"task {raw['id']}: unknown objective metric {metric!r}")
             maximize = obj.get("direction", "max") == "max"
             ladders = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)

@@ -25,6 +25,7 @@ from rsi_env.engine.telemetry import RequestTimings, Telemetry, summarize
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.real.schedule import run_schedule
+from rsi_env.store.record import record_measurements
 
 __all__ = ["EndpointTier", "parse_prometheus"]
 
@@ -73,11 +74,14 @@ class EndpointTier:
             raise RsiEnvError("an endpoint runs with its own engine flags: pass engine_config=None")
         spec, hw, w = load_model(model), load_hardware(hardware), load_workload(workload)
         try:
-            return asyncio.run(asyncio.wait_for(self._measure(spec, hw, w), self.timeout_s))
+            tel = asyncio.run(asyncio.wait_for(self._measure(spec, hw, w), self.timeout_s))
         except TimeoutError:
-            return Telemetry.failed(f"timeout: the endpoint did not finish in {self.timeout_s:.0f}s", tier="endpoint")
+            tel = Telemetry.failed(f"timeout: the endpoint did not finish in {self.timeout_s:.0f}s", tier="endpoint")
         except Exception as exc:  # the server is down, refused, or broke the stream: a result, not a crash
-            return Telemetry.failed(f"crash: {type(exc).__name__}: {exc}"[:400], tier="endpoint")
+            tel = Telemetry.failed(f"crash: {type(exc).__name__}: {exc}"[:400], tier="endpoint")
+        record_measurements("endpoint", self.engine_version, EngineConfig(), spec, hw, [w], [tel],
+                            extras=[{"url": self.base_url}])
+        return tel
 
     async def _measure(self, spec: ModelSpec, hw: HardwareSpec, w: Workload) -> Telemetry:
         import aiohttp

@@ -33,6 +33,7 @@ from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.real.policy_keys import write_policy_keys
+from rsi_env.store.record import record_measurements
 
 if TYPE_CHECKING:
     from rsi_env.sim.policy_hook import PolicyKeys
@@ -152,7 +153,9 @@ class RealTier:
                 p = t / f"w{i}.yaml"
                 p.write_text(yaml.safe_dump(w.to_dict(), sort_keys=False))
                 cmd += ["--workload", str(p)]
+            t0 = time.monotonic()
             rc, err, timed_out = self._run(cmd, hw)
+            held_s = time.monotonic() - t0
             rows = []
             if (t / "out.jsonl").exists():
                 rows = [json.loads(x) for x in (t / "out.jsonl").read_text().splitlines() if x.strip()]
@@ -168,6 +171,15 @@ class RealTier:
                 out.append(tel)
             else:
                 out.append(Telemetry.failed(failure or "crash: no result for this workload", tier="real"))
+        if policy_keys is not None:  # the store has no field for a scheduling policy: keep it out, not mislabelled
+            return out
+        # Into the experience store: what vLLM resolved, its start-up, and the GPU time really held (start included).
+        record_measurements("real", self.engine_version, cfg, spec, hw, wls, out,
+                            resolved=[by_name.get(w.name, {}).get("resolved") for w in wls],
+                            extras=[{k: by_name.get(w.name, {}).get(k) for k in ("startup_s", "wall_s", "counters")}
+                                    for w in wls],
+                            gpu_seconds=[held_s * cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+                                         * cfg.data_parallel_size / len(wls)] * len(wls))
         return out
 
     def _run(self, cmd: list[str], hw: HardwareSpec) -> tuple[int | None, str, bool]:

@@ -3,11 +3,11 @@
 Run as its own process (``python -m rsi_env.real.vllm_driver``): vLLM spawns workers and holds
 the accelerator, so every configuration gets a fresh process that exits with its memory. It
 writes the model's ``config.json`` to a temporary folder, starts vLLM's ``AsyncLLM`` with
-``load_format="dummy"`` (the real architecture's speed, no weights), sends each workload's exact
-token ids on its arrival schedule, streams the outputs to time TTFT/TPOT/latency per request, and
-reads vLLM's own Prometheus counters (preemptions, prefix-cache queries and hits, KV-cache usage,
-tokens per step). One JSON line per workload goes to ``--out``, with every request's arrival,
-first-token and finish times (``requests``).
+``load_format="dummy"`` (the real architecture's speed, no weights; ``--weights`` loads a
+checkpoint instead), sends each workload's exact token ids on its arrival schedule, streams the
+outputs to time TTFT/TPOT/latency per request, and reads vLLM's own Prometheus counters
+(preemptions, prefix-cache queries and hits, KV-cache usage, tokens per step). One JSON line per
+workload goes to ``--out``, with every request's arrival, first-token and finish times (``requests``).
 
 ``--policy-keys FILE`` runs a scheduling policy (``RSI/Scheduler-v0``): vLLM's ``priority`` policy
 with `rsi_env.real.policy_scheduler.PolicyScheduler` as ``scheduler_cls``, which orders and preempts
@@ -45,7 +45,7 @@ _PASS_THROUGH = (
     "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "enforce_eager",
     "cudagraph_capture_sizes", "long_prefill_token_threshold", "max_num_partial_prefills",
     "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
-    "max_model_len", "scheduling_policy", "async_scheduling",
+    "max_model_len", "scheduling_policy", "async_scheduling", "dtype",
     "num_gpu_blocks_override",  # not an EngineConfig flag: a fixed KV-cache size, for tests that force preemption
 )
 
@@ -191,8 +191,13 @@ async def _main_async(args: argparse.Namespace) -> int:
         flags.get("data_parallel_size", 1))
     tmp = Path(tempfile.mkdtemp(prefix="rsi-model-"))
     (tmp / "config.json").write_text(json.dumps(spec.to_hf_config()))
+    load_format = "dummy"
+    if args.weights:  # real weights (e.g. a tiny model's seeded random ones, to compare outputs with a reference)
+        for ckpt in Path(args.weights).glob("*.safetensors"):
+            (tmp / ckpt.name).write_bytes(ckpt.read_bytes())
+        load_format = "safetensors"
     ctx = UsageContext.OPENAI_API_SERVER if args.usage_context == "server" else UsageContext.LLM_CLASS
-    eargs = AsyncEngineArgs(model=str(tmp), load_format="dummy", skip_tokenizer_init=True,
+    eargs = AsyncEngineArgs(model=str(tmp), load_format=load_format, skip_tokenizer_init=True,
                             generation_config="vllm", disable_log_stats=False, seed=0, **flags)
     t_start = time.perf_counter()
     vllm_config = eargs.create_engine_config(usage_context=ctx)
@@ -268,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hardware", default="h200")
     p.add_argument("--usage-context", choices=("server", "llm"), default="server")
     p.add_argument("--slo-from-workload", action="store_true")
+    p.add_argument("--weights", help="a folder of *.safetensors to load instead of dummy weights")
     p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
     p.add_argument("--policy-keys", default=None, metavar="FILE",
                    help="run a scheduling policy: {request id: [waiting_key, victim_key]} (rsi_env.real.policy_keys)")

@@ -6,13 +6,15 @@
 - ``quality``: the declared accuracy cost of the precision chosen stays within the task's budget;
 - ``measured``: every workload was measured without error;
 - ``slo``: every workload meets the task's SLO attainment;
-- ``improvement``: the objective beats vLLM's defaults by the task's threshold.
+- ``improvement``: the objective beats vLLM's defaults by the task's threshold;
+- ``outputs`` (real tier, when outputs were recorded): greedy output tokens of a sample of requests
+  match those of the baseline configuration (`output_guard`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rsi_env.engine.config import EngineConfig
@@ -21,7 +23,11 @@ from rsi_env.engine.workload import Workload
 from rsi_env.envs.task import Task
 from rsi_env.reward.objective import slo_attainment
 
-__all__ = ["GuardResult", "Verdict", "check_submission", "quality_cost"]
+__all__ = ["GuardResult", "OutputTokens", "Verdict", "check_submission", "output_agreement", "output_guard",
+           "quality_cost"]
+
+# Greedy output token ids recorded by the real tier: workload name -> request index (as text) -> token ids.
+OutputTokens = Mapping[str, Mapping[str, Sequence[int]]]
 
 
 @dataclass(frozen=True)
@@ -56,9 +62,49 @@ def quality_cost(task: Task, cfg: EngineConfig) -> float:
     return total
 
 
+def output_agreement(baseline: OutputTokens, candidate: OutputTokens,
+                     prefix_tokens: int | None = None) -> tuple[int, int, list[str]]:
+    """How many of the baseline's recorded requests the candidate reproduced exactly (their first ``prefix_tokens``).
+
+    Returns (agreeing, compared, up to three examples of a disagreement). A request the candidate
+    did not record, or one shorter than asked, disagrees.
+    """
+    agree = compared = 0
+    examples: list[str] = []
+    for wl, reqs in baseline.items():
+        got = candidate.get(wl, {})
+        for i, base in reqs.items():
+            want = list(base[:prefix_tokens] if prefix_tokens else base)
+            have = list(got.get(i, ())[: len(want)])
+            compared += 1
+            if have == want:
+                agree += 1
+            elif len(examples) < 3:
+                at = next((k for k, (a, b) in enumerate(zip(want, have, strict=False)) if a != b), min(len(want), len(have)))
+                examples.append(f"{wl}#{i} differs at token {at}")
+    return agree, compared, examples
+
+
+def output_guard(baseline: OutputTokens, candidate: OutputTokens, min_agreement: float = 0.9,
+                 prefix_tokens: int | None = None) -> GuardResult:
+    """Greedy outputs must match the baseline's on at least ``min_agreement`` of the sampled requests.
+
+    A request agrees when its first ``prefix_tokens`` greedy tokens (all recorded, if ``None``) are
+    identical. The tolerance is for engines that are not batch-invariant (a different batch shape can
+    flip a near-tie); a precision change alters most sampled outputs (README: the numbers measured).
+    """
+    agree, compared, examples = output_agreement(baseline, candidate, prefix_tokens)
+    if compared == 0:
+        return GuardResult("outputs", False, "no baseline outputs recorded to compare against")
+    frac = agree / compared
+    ok = frac >= min_agreement
+    why = f"{agree}/{compared} sampled requests match the baseline's greedy tokens (need {min_agreement:.0%})"
+    return GuardResult("outputs", ok, why + ("" if ok else "; " + ", ".join(examples)))
+
+
 def check_submission(task: Task, cfg: EngineConfig, baseline_cfg: EngineConfig, tels: Sequence[Telemetry],
                      workloads: Sequence[Workload], workspace_workloads: Sequence[Workload | None],
-                     score: float) -> Verdict:
+                     score: float, outputs: GuardResult | None = None) -> Verdict:
     g: list[GuardResult] = []
     tampered = [w.name for w, seen in zip(workloads, workspace_workloads, strict=True)
                 if seen is None or seen.content_hash != w.content_hash]
@@ -79,4 +125,6 @@ def check_submission(task: Task, cfg: EngineConfig, baseline_cfg: EngineConfig, 
     imp_ok = math.isfinite(score) and score >= need
     g.append(GuardResult("improvement", imp_ok,
                          f"score {score:+.4f} vs required {need:+.4f} (+{task.improvement_threshold:.0%})"))
+    if outputs is not None:
+        g.append(outputs)
     return Verdict(all(x.ok for x in g), score, tuple(g))

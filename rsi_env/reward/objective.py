@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.envs.task import Task
 
-__all__ = ["metric_value", "slo_attainment", "workload_score", "score"]
+__all__ = ["adjusted_value", "metric_value", "slo_attainment", "workload_score", "score"]
 
 
 def slo_attainment(t: Telemetry) -> float:
@@ -42,14 +42,23 @@ def _slo_factor(t: Telemetry, task: Task) -> float:
     return min(max(slo_attainment(t) / task.slo_attainment, 0.05), 1.0) ** 2
 
 
+def adjusted_value(t: Telemetry, task: Task) -> float:
+    """The task's metric of one measurement, SLO-adjusted: what the score compares (``nan`` if it failed)."""
+    if not t.ok:
+        return math.nan
+    v = metric_value(t, task.metric)
+    f = _slo_factor(t, task)
+    return v * f if task.maximize else v / f
+
+
 def workload_score(t: Telemetry, base: Telemetry, task: Task) -> float:
     if not t.ok or not base.ok:
         return -math.inf
     v, b = metric_value(t, task.metric), metric_value(base, task.metric)
     if not (math.isfinite(v) and math.isfinite(b)) or v <= 0 or b <= 0:
         return -math.inf
-    ratio = v / b if task.maximize else b / v
-    ratio *= _slo_factor(t, task) / max(_slo_factor(base, task), 1e-12)
+    va, ba = adjusted_value(t, task), adjusted_value(base, task)
+    ratio = va / ba if task.maximize else ba / va
     return math.log(ratio) if ratio > 0 else -math.inf
 
 

@@ -2,12 +2,15 @@
 
 Coefficients are data (``rsi_env/catalog/calibration/<hardware>-vllm<version>.yaml``), fitted by
 :mod:`rsi_env.sim.fit` against real measurements and stored with their provenance and held-out
-error. A (hardware, version) with no fitted file falls back to ``default.yaml`` — vendor-typical
+error. The newest fit of a (hardware, version) wins — the catalog's, or one ``rsi-env calibrate``
+wrote into the user's calibration directory — and every measurement names it (``Telemetry.calibration``).
+A (hardware, version) with no fitted file falls back to ``default.yaml`` — vendor-typical
 efficiencies — and the telemetry says so (``calibration: "default"``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cache
 from importlib import resources
@@ -18,7 +21,7 @@ import yaml
 
 from rsi_env.errors import CalibrationError
 
-__all__ = ["Calibration", "COEFFICIENTS", "load_calibration"]
+__all__ = ["Calibration", "COEFFICIENTS", "load_calibration", "user_calibration_dir"]
 
 
 @dataclass(frozen=True)
@@ -87,13 +90,50 @@ def _load(name: str) -> Calibration:
     return Calibration.from_dict(yaml.safe_load(entry.read_text()))
 
 
+def user_calibration_dir() -> Path:
+    """Where ``rsi-env calibrate`` writes fits: ``RSI_ENV_CALIBRATION_DIR``, else the user's cache directory."""
+    env = os.environ.get("RSI_ENV_CALIBRATION_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rsi-env" / "calibration"
+
+
+@cache
+def _load_user(path: str, mtime_ns: int) -> Calibration:
+    return Calibration.from_dict(yaml.safe_load(Path(path).read_text()))
+
+
+@cache
+def _user_files(directory: str, mtime_ns: int, prefix: str) -> tuple[str, ...]:
+    """The directory's fits of one (hardware, version), listed once per change of the directory."""
+    return tuple(str(p) for p in sorted(Path(directory).glob(f"{prefix}*.yaml")))
+
+
+def _fitted(cal: Calibration) -> str:
+    return str(cal.provenance.get("fitted", ""))
+
+
 def load_calibration(hardware: str, engine_version: str, path: str | Path | None = None) -> Calibration:
-    """The fitted calibration of (hardware, version), a file given by path, or the default one."""
+    """A calibration file given by path, else the newest fitted one of (hardware, version), else the default.
+
+    Fitted calibrations are the catalog's ``<hardware>-vllm<version>.yaml`` and every
+    ``<hardware>-vllm<version>*.yaml`` in :func:`user_calibration_dir` (what ``rsi-env calibrate`` writes);
+    the newest by ``provenance.fitted`` wins. Its ``id`` is what every measurement reports as ``calibration``.
+    """
     if path is not None:
         return Calibration.from_dict(yaml.safe_load(Path(path).read_text()))
     ver = ".".join(str(engine_version).split(".")[:2])
     name = f"{hardware}-vllm{ver}.yaml"
+    found: list[Calibration] = []
     if (_calib_dir() / name).is_file():
-        return _load(name)
+        found.append(_load(name))
+    user = user_calibration_dir()
+    if user.is_dir():
+        for p in _user_files(str(user), user.stat().st_mtime_ns, f"{hardware}-vllm{ver}"):
+            cal = _load_user(p, Path(p).stat().st_mtime_ns)
+            if cal.hardware == hardware and str(cal.engine_version) == ver:
+                found.append(cal)
+    if found:
+        return max(reversed(found), key=_fitted)  # ties: the later in the list (a user's fit over the catalog's)
     base = _load("default.yaml")
     return replace(base, hardware=hardware, engine_version=ver)

@@ -31,7 +31,7 @@ from rsi_env.sim import simulate_detailed
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.memory import plan_memory
 
-__all__ = ["Sample", "load_samples", "evaluate", "fit", "run_calibration"]
+__all__ = ["Sample", "evaluate", "fit", "load_samples", "run_calibration", "samples_from_rows"]
 
 TIMING = ("mm_eff", "mm_half_tokens", "roofline_sharpness", "bw_eff", "attn_eff", "kv_bw_eff", "step_s", "per_req_s",
           "piecewise_layer_s", "eager_layer_s", "cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s")
@@ -62,22 +62,24 @@ class Sample:
         return f"{self.model} {json.dumps(self.flags, sort_keys=True)}"
 
 
-def load_samples(paths: list[str | Path]) -> list[Sample]:
+def samples_from_rows(rows: list[dict[str, Any]], where: str = "the measurements") -> list[Sample]:
+    """Samples from real-tier measurement lines (the driver's JSON form); failed measurements are skipped."""
     out = []
-    for p in paths:
-        for line in Path(p).read_text().splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            tel = Telemetry.from_dict(row["telemetry"])
-            if tel.error:
-                continue
-            out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel,
-                              int(row["resolved"]["num_gpu_blocks"] or 0), row["vllm_version"],
-                              float(row.get("startup_s", 0.0))))
+    for row in rows:
+        tel = Telemetry.from_dict(row["telemetry"])
+        if tel.error:
+            continue
+        out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel,
+                          int((row.get("resolved") or {}).get("num_gpu_blocks") or 0), row["vllm_version"],
+                          float(row.get("startup_s") or 0.0)))
     if not out:
-        raise CalibrationError(f"no usable measurements in {[str(p) for p in paths]}")
+        raise CalibrationError(f"no usable measurements in {where}")
     return out
+
+
+def load_samples(paths: list[str | Path]) -> list[Sample]:
+    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line.strip()]
+    return samples_from_rows(rows, str([str(p) for p in paths]))
 
 
 def split(samples: list[Sample], seed: int, held_fraction: float = 0.3) -> tuple[list[Sample], list[Sample]]:
@@ -208,10 +210,16 @@ def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: i
 
 
 def run_calibration(hardware: str, measurements: list[str], *, engine_version: str = "0.26",
-                    out: str | None = None, seed: int = 0, max_nfev: int = 60) -> dict[str, Any]:
-    """Fit on the training split, report before/after errors on both splits, optionally write the YAML."""
+                    out: str | None = None, seed: int = 0, max_nfev: int = 60,
+                    rows: list[dict[str, Any]] | None = None, origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit on the training split, report before/after errors on both splits, optionally write the YAML.
+
+    The measurements are the files ``measurements``, or ``rows`` in their form (from the experience store,
+    with ``origin`` — which store, which rows — kept in the provenance).
+    """
     hw = load_hardware(hardware)
-    samples = load_samples([Path(m) for m in measurements])
+    samples = samples_from_rows(rows, "the rows given") if rows is not None else \
+        load_samples([Path(m) for m in measurements])
     train, held = split(samples, seed)
     before = load_calibration(hardware, engine_version)
     prior = Calibration(hardware=hardware, engine_version=engine_version)
@@ -226,10 +234,13 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         "after": {"train": evaluate(train, fitted, hw), "held_out": evaluate(held, fitted, hw)},
         "after_all_configs": {k: v for k, v in evaluate(samples, fitted, hw).items() if k != "per_sample"},
     }
-    digest = hashlib.sha256("".join(Path(m).read_text() for m in measurements).encode()).hexdigest()[:12]
+    blob = json.dumps(rows, sort_keys=True, default=str) if rows is not None else \
+        "".join(Path(m).read_text() for m in measurements)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     ho: dict[str, Any] = report["after"]["held_out"]
     fitted = replace(fitted, id=f"{hardware}-vllm{engine_version}-{digest}", provenance={
-        "fitted": time.strftime("%Y-%m-%d"), "measurements": [str(m) for m in measurements],
+        "fitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(origin or {}),
+        "measurements": [str(m) for m in measurements],
         "measurements_sha256_12": digest, "n_train": len(train), "n_held_out": len(held),
         "held_out_configs": report["held_out_configs"],
         "held_out_error": {k: ho[k] for k in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape",

@@ -13,7 +13,7 @@ from rsi_env.wrappers import DiscreteFlagMoves
 from rsi_env.wrappers.direct_setting import serving_yaml
 from rsi_env.wrappers.ladders import config_at, ladder, position, step_index
 
-IDS = [t.id for t in list_tasks()]
+IDS = [t.id for t in list_tasks() if t.flags]  # moves need flags to move; RSI/Kernel-v0 has none
 
 
 def _env_accepts(oracle, cfg) -> bool:

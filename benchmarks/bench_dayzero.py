@@ -1,0 +1,58 @@
+"""RSI/DayZero-v0's cost per check: wall seconds of the sandboxed loader and block runs, per feature.
+
+For each feature, uncached: the workspace loader in a fresh sandbox (``spec.py``, standard library),
+the block harness on the template, on a solution, and on the hidden reference (``block.py``, torch: six
+cases each), and a whole episode (reset, two edits with auto-bench, submit) once those are cached.
+Run: ``python benchmarks/bench_dayzero.py [--backend bubblewrap]`` from a source checkout (the solutions
+live in the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+
+import rsi_env  # noqa: F401
+from rsi_env.dayzero import checks
+from rsi_env.dayzero.checks import FEATURES, HIDDEN, block_cases, checks_spec, load_feature, run_block, run_spec
+from rsi_env.envs.dayzero import TEMPLATE_DIR
+from tests.code_tasks.dayzero_solutions import BLOCK, SPEC
+
+
+def timed(fn: object, *args: object) -> float:
+    t = time.perf_counter()
+    fn(*args)  # type: ignore[operator]
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="bubblewrap")
+    a = p.parse_args()
+    print(f"backend {a.backend}; seconds")
+    print(f"{'feature':16} {'loader':>7} {'template block':>15} {'solution block':>15} {'reference block':>16} "
+          f"{'episode (cached)':>17}")
+    contexts = [int(c) for c in checks_spec()["contexts"]]
+    for name in FEATURES:
+        f = load_feature(name)
+        checks._CACHE.clear()
+        cases = block_cases(f)
+        loader = timed(run_spec, SPEC, {"config.json": f.config, "tiny/config.json": f.tiny}, contexts, a.backend)
+        blocks = [timed(run_block, src, f.tiny, cases, a.backend) for src in (
+            (TEMPLATE_DIR / "block.py").read_text(), BLOCK, (HIDDEN / "reference_block.py").read_text())]
+        env = gym.make("RSI/DayZero-v0", feature=name, sandbox=a.backend).unwrapped
+        t = time.perf_counter()
+        env.reset(seed=0)
+        env.step({"kind": 1, "path": "spec.py", "old": "", "new": SPEC})
+        env.step({"kind": 1, "path": "block.py", "old": "", "new": BLOCK})
+        _, _, _, _, info = env.step({"kind": 4})
+        episode = time.perf_counter() - t
+        assert info["verdict"]["passed"]
+        env.close()
+        print(f"{name:16} {loader:7.2f} {blocks[0]:15.2f} {blocks[1]:15.2f} {blocks[2]:16.2f} {episode:17.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The real tier of RSI/DayZero-v0: vLLM runs the workspace's model class, registered out of tree.
+
+Two fresh sandboxes. The first (trusted code only) draws the tiny model's weights from a seed, writes
+them as a safetensors checkpoint and computes the hidden reference's greedy tokens for a few prompts
+(``hidden/reference_model.py``). The second runs the project's real-tier driver
+(`rsi_env.real.vllm_driver`, ``--weights``: the checkpoint instead of dummy weights) on the installed
+vLLM with the agent's ``vllm_model.py`` beside a general plugin: a ``*.dist-info`` folder whose
+``entry_points.txt`` puts ``vllm_model:register`` in the ``vllm.general_plugins`` group, so every
+process vLLM starts (the engine core too, whether or not it is spawned) registers the new
+``model_type`` and architecture. The agent's code therefore runs only in that bubblewrap sandbox
+(vLLM needs more than Docker's busybox image offers), whose processes all die with it. The check
+passes when vLLM generates every requested token and its greedy tokens equal the reference's.
+Like the real tier's measurements, a run is not serialised here: callers that share a machine wrap
+their process in ``flock /tmp/rsi-vllm.lock`` (the tests do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+import rsi_env
+from rsi_env.dayzero.checks import HIDDEN, Feature
+from rsi_env.engine.workload import Workload
+from rsi_env.errors import RsiEnvError
+from rsi_env.sandbox.base import Limits
+from rsi_env.sandbox.fresh import run_fresh
+from rsi_env.sandbox.hidden import hidden_paths
+
+__all__ = ["VllmCheck", "check_in_vllm", "reference_tokens"]
+
+SEED = 7
+NEW_TOKENS = 8
+PROMPTS = Workload.from_dict({"name": "dayzero_greedy", "seed": 3, "requests": 3, "prompt_tokens": 12,
+                              "output_tokens": NEW_TOKENS})
+VLLM_TIMEOUT_S = 420.0
+MIN_MARGIN = 1e-3
+_VLLM_LIMITS = Limits(cpu_s=1200, memory_bytes=64 << 30, file_bytes=1 << 30, max_procs=4096, cpus=2.0)
+_PLUGIN_ENTRY = "[vllm.general_plugins]\nrsi_dayzero = vllm_model:register\n"
+_VERDICTS: dict[str, VllmCheck] = {}
+_PLUGIN_META = "Metadata-Version: 2.1\nName: rsi-dayzero-plugin\nVersion: 0\n"
+
+
+@dataclass(frozen=True)
+class VllmCheck:
+    ok: bool
+    reason: str = ""
+    tokens: list[list[int]] | None = None
+
+
+def prompts(vocab: int) -> list[list[int]]:
+    trace = PROMPTS.trace()
+    return [[int(t) for t in trace.prompt_token_ids(i, vocab)] for i in range(len(trace))]
+
+
+def reference_tokens(feature: Feature, backend: str = "bubblewrap") -> tuple[bytes, list[list[int]], float]:
+    """The checkpoint, the reference's greedy tokens and their smallest top-2 logit margin."""
+    files: dict[str, str | bytes] = {f: (HIDDEN / f).read_text() for f in
+                                     ("reference_model.py", "reference_block.py", "reference_spec.py")}
+    files["config.json"] = json.dumps(feature.tiny)
+    files["prompts.json"] = json.dumps(prompts(int(feature.tiny["vocab_size"])))
+    run = run_fresh(files, f"{{python}} -s -E reference_model.py config.json {SEED} prompts.json {NEW_TOKENS}",
+                    backend=backend, timeout_s=120, read=["model.safetensors", "tokens.json"],
+                    limits=Limits(cpu_s=120, memory_bytes=4 << 30), hidden=hidden_paths())
+    ckpt, tok = run.outputs.get("model.safetensors"), run.outputs.get("tokens.json")
+    if ckpt is None or tok is None:
+        raise RuntimeError(f"the hidden reference model failed (a bug in rsi-env): {run.result.summary()[-800:]}")
+    data = json.loads(tok)
+    return ckpt, data["tokens"], float(data["min_margin"])
+
+
+def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap") -> VllmCheck:
+    """Run ``source`` (a vllm_model.py) in vLLM on the tiny model's checkpoint; compare greedy tokens.
+
+    A verdict is remembered for the process by the exact source and feature (an engine start costs a minute).
+    """
+    key = hashlib.sha256(f"{backend}\0{feature.name}\0{source}".encode()).hexdigest()
+    if key not in _VERDICTS:
+        try:
+            _VERDICTS[key] = _check(source, feature, backend)
+        except RsiEnvError as exc:  # no sandbox for vLLM on this machine
+            return VllmCheck(False, f"vLLM could not be run: {exc}")
+    return _VERDICTS[key]
+
+
+def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
+    ckpt, want, margin = reference_tokens(feature, backend)
+    if margin < MIN_MARGIN:
+        return VllmCheck(False, f"the reference's logit margin {margin:.2g} is too small to compare (rsi-env bug)")
+    w = PROMPTS.to_dict()
+    files: dict[str, str | bytes] = {
+        "vllm_model.py": source, "config.json": json.dumps(feature.tiny), "model.safetensors": ckpt,
+        "w.yaml": yaml.safe_dump(w, sort_keys=False),
+        "rsi_dayzero_plugin-0.dist-info/METADATA": _PLUGIN_META,
+        "rsi_dayzero_plugin-0.dist-info/entry_points.txt": _PLUGIN_ENTRY,
+    }
+    root = Path(rsi_env.__file__).resolve().parents[1]
+    cmd = (f'export PYTHONPATH="$PWD:{root}" VLLM_PLUGINS=rsi_dayzero VLLM_ENABLE_V1_MULTIPROCESSING=0 '
+           'VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2; '
+           "{python} -m rsi_env.real.vllm_driver --model config.json --weights . --workload w.yaml "
+           f"--out out.jsonl --hardware cpu --usage-context llm --record-tokens {len(want)} "
+           "--set enforce_eager=true --set dtype=float32 --set max_model_len=256 --set max_num_seqs=4 2>&1 | tail -c 6000")
+    run = run_fresh(files, cmd, backend=backend, timeout_s=VLLM_TIMEOUT_S, max_output=8192, read=["out.jsonl"],
+                    limits=_VLLM_LIMITS, hidden=hidden_paths())
+    raw = run.outputs.get("out.jsonl")
+    if raw is None:
+        tail = "\n".join(line for line in run.result.output.splitlines() if line.strip())[-900:]
+        why = "timed out" if run.result.timed_out else "failed"
+        return VllmCheck(False, f"vLLM {why} before generating: {tail}")
+    try:
+        row = json.loads(raw.decode().splitlines()[-1])
+        got = [row["counters"]["output_token_ids"][str(i)] for i in range(len(want))]
+    except (ValueError, KeyError, IndexError):
+        return VllmCheck(False, "the driver's output is malformed")
+    if got != want:
+        bad = next(i for i in range(len(want)) if got[i] != want[i])
+        return VllmCheck(False, f"vLLM's greedy tokens differ from the reference: prompt {bad} gave {got[bad]}, "
+                                f"the reference {want[bad]}", got)
+    return VllmCheck(True, f"vLLM generated the reference's {sum(map(len, want))} greedy tokens "
+                           f"(smallest reference margin {margin:.3g})" if math.isfinite(margin) else "", got)

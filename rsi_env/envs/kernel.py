@@ -1,0 +1,320 @@
+"""RSI/Kernel-v0: write a faster vLLM operator, checked against float64 and timed against PyTorch eager."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rsi_env.engine.model import load_model
+from rsi_env.envs.core import BENCH, CHARSET, FLAG, KIND_NAMES, TEXT_MAX, RsiEnv, _clean
+from rsi_env.envs.kernel_tier import KERNEL_DIR, KernelResult, measure_kernel
+from rsi_env.envs.task import Task, load_task
+from rsi_env.errors import RsiEnvError
+from rsi_env.reward import MeasureEvent, SubmitEvent, default_rewards
+from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.sandbox.base import ShellResult
+from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
+from rsi_env.sandbox.workspace import EditError, Workspace
+
+__all__ = ["KernelEnv", "OPS", "KERNEL_FIELDS"]
+
+# An op is a starting kernel in the catalog (the harness's ops.py defines its inputs; it imports torch, this may not).
+OPS = tuple(sorted(p.stem for p in (KERNEL_DIR / "templates").glob("*.py")))
+KERNEL_FILE = "kernel.py"
+KERNEL_FIELDS = ("speedup_vs_reference", "speedup_vs_start", "correct", "kernel_ms", "reference_ms")
+CHECK_SEEDS = 3          # input sets checked per measurement (each a fresh shape and dtype)
+TIMED_SHAPES = 2         # of which the first are timed
+_SUBMIT_SEED_OFFSET = 1_000_003   # submit checks seeds the agent's benches never used
+_TEXT_FIELD_MAX = 8192
+_OBS_HIGH = 1e3
+
+
+def model_sizes(name: str) -> dict[str, int]:
+    """The sizes of a catalog model the shapes are drawn from."""
+    m = load_model(name)
+    return {"hidden_size": m.hidden_size, "intermediate_size": m.intermediate_size, "num_heads": m.num_heads,
+            "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim}
+
+
+class KernelEnv(RsiEnv):
+    """Write one of vLLM's hot operators in ``kernel.py`` so that it is correct and faster than PyTorch eager.
+
+    ## Description
+
+    One operator per episode (``op=``): ``rms_norm_residual`` (vLLM's ``fused_add_rms_norm``:
+    ``residual += x``, ``out = rmsnorm(residual) * weight``), ``silu_and_mul``, ``rotary_embedding``
+    (neox style, positions into a cos/sin cache) or ``paged_attention_decode`` (one decode step over a
+    paged KV cache, grouped-query attention). ``kernel.py`` starts as a deliberately naive, correct
+    implementation whose docstring states the contract; shapes come from the model's sizes
+    (``model=``, Llama-3.1-8B by default) with a batch and a dtype (bf16, fp16, fp32) drawn per seed.
+
+    A measurement runs the hidden harness in a fresh sandbox (`rsi_env.envs.kernel_tier`): the kernel
+    runs in a process of its own on fresh inputs with NaN-poisoned outputs; the harness, in another
+    process, compares every output, in-place result and untouched input with a float64 reference, and
+    times the kernel against vLLM's ``forward_native`` (PyTorch eager) in interleaved blocks,
+    alternating which goes first, with its own clock and a random spot check of every block; its
+    report is signed. On the ``sim`` tier (the cheap one: nothing is simulated, CPU time stands in for
+    the GPU's) calls run on one CPU core; ``tier="real"`` runs the same harness on CUDA with
+    serving-sized batches (an error says so where no CUDA device is visible).
+
+    ## Arguments
+
+    ``gym.make("RSI/Kernel-v0", op="rms_norm_residual", tier="sim", model=None, max_steps=None,
+    auto_bench=None, seed=None, max_measurements=None, min_speedup=None, sandbox="auto",
+    shell_timeout_s=10.0)``: ``min_speedup`` is the factor over the starting kernel that submit needs
+    (default 2, the task's ``improvement_threshold`` + 1); ``auto_bench`` (off by default) measures after
+    every change of ``kernel.py``; ``sandbox`` picks the backend; the rest are `RsiEnv`'s.
+
+    ## Action Space
+
+    DESIGN.md's ``Dict``. There are no engine flags: flag actions are masked and refused. Edit
+    ``kernel.py`` (``old == ""`` writes it whole); shell commands run in the episode's sandbox (which
+    cannot see the harness or the references); bench measures; submit verifies.
+
+    ## Observation Space
+
+    The ``Dict`` of every ``RSI/*`` env; ``telemetry`` holds ``speedup_vs_reference``,
+    ``speedup_vs_start``, ``correct`` (1/0), ``kernel_ms`` and ``reference_ms`` (per call, averaged over the
+    timed shapes) of the last measurement; ``config`` and ``flag_mask`` are one constant 0; ``text`` the
+    measurement (per shape) or the kernel's error.
+
+    ## Rewards
+
+    Continuous: the log speedup over PyTorch eager, paid only for new bests above eager's 0 (as every
+    ``RSI/*`` env pays gains over its reference), minus each measurement's timed seconds x 0.001.
+    Binary, on submit: +1 if the kernel is correct on three fresh input sets (seeds the benches never
+    used) and at least ``min_speedup`` times as fast as the starting kernel on the same sets (both
+    measured against eager in their own runs, so the machine's load cancels out of the ratio).
+
+    Timings are not reproducible: the harness takes the fastest of seven interleaved blocks per side
+    (noise only adds time), and each measurement is cached by the kernel's text, op, seeds, device,
+    model, backend and harness files, for the process's life. So an unchanged kernel is never re-timed
+    (re-benchmarking cannot re-roll noise), a seeded episode gives the same observations and rewards
+    when replayed in the same process (the registry's determinism check), and correctness verdicts,
+    shapes and inputs are deterministic everywhere; across processes or machines only the timed
+    numbers move. The binary threshold (2x the start) sits far from the reference solutions' margins.
+
+    ## Starting State
+
+    ``kernel.py`` = the naive kernel. It is measured with the first bench (its speedup over eager is the
+    start of ``speedup_vs_start``) and again on the submission's inputs at submit; a reset measures nothing.
+
+    ## Episode End
+
+    Terminates on submit; truncates after ``max_steps`` (30) steps. At most 20 measurements.
+
+    ## Version History
+
+    * v0: first release.
+    """
+
+    task_id = "RSI/Kernel-v0"
+
+    # RsiEnv.__init__ builds the engine-flag spaces, which need one flag at least, and loads workloads and
+    # an engine tier; a kernel episode has none of them, so this sets up what RsiEnv's step() uses itself.
+    def __init__(self, task: Task | str | None = None, *, op: str = "rms_norm_residual", tier: str = "sim",
+                 model: str | None = None, max_steps: int | None = None, auto_bench: bool | None = None,
+                 seed: int | None = None, max_measurements: int | None = None, min_speedup: float | None = None,
+                 sandbox: str = "auto", shell_timeout_s: float = 10.0, render_mode: str | None = None) -> None:
+        self.task = task if isinstance(task, Task) else load_task(task or self.task_id)
+        if KERNEL_FILE not in self.task.editable_files:
+            raise RsiEnvError(f"{self.task.id}: the task must list {KERNEL_FILE} in editable_files")
+        if op not in OPS:
+            raise RsiEnvError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+        if tier not in ("sim", "real"):
+            raise RsiEnvError(f"unknown tier {tier!r}: use 'sim' (CPU timing) or 'real' (CUDA)")
+        self.kwargs = {"op": op, "tier": tier, "model": model, "max_steps": max_steps, "auto_bench": auto_bench,
+                       "seed": seed, "max_measurements": max_measurements, "min_speedup": min_speedup,
+                       "sandbox": sandbox, "shell_timeout_s": shell_timeout_s}
+        self.op, self.tier_name = op, tier
+        self.device = "cuda" if tier == "real" else "cpu"
+        if self.device == "cuda":
+            _require_cuda()
+        self.model_name = model or self.task.default_model
+        self.sizes = model_sizes(self.model_name)
+        self.max_steps = int(max_steps or self.task.max_steps)
+        self.max_measurements = int(max_measurements or self.task.max_measurements)
+        self.min_speedup = float(min_speedup if min_speedup is not None else 1.0 + self.task.improvement_threshold)
+        self.auto_bench = bool(auto_bench)
+        self.default_seed = seed
+        self.shell_timeout_s = float(shell_timeout_s)
+        self.render_mode = render_mode
+        self.sandbox_backend = resolve_backend(sandbox)
+        self.flag_names: tuple[str, ...] = ()
+        self.template = (KERNEL_DIR / "templates" / f"{op}.py").read_text()
+        self.rewards = default_rewards(self.task.cost_per_gpu_second)
+        self.action_space = spaces.Dict({
+            "kind": spaces.Discrete(len(KIND_NAMES)), "flag": spaces.Discrete(1),
+            "value": spaces.Box(0.0, 1.0, shape=(), dtype=np.float32),
+            "path": spaces.Text(256, charset=CHARSET),
+            "old": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
+            "new": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
+            "command": spaces.Text(1024, charset=CHARSET)})
+        self.observation_space = spaces.Dict({
+            "telemetry": spaces.Box(0.0, _OBS_HIGH, shape=(len(KERNEL_FIELDS),), dtype=np.float32),
+            "config": spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32),
+            "budget": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
+            "action_mask": spaces.MultiBinary(len(KIND_NAMES)),
+            "flag_mask": spaces.MultiBinary(1),
+            "text": spaces.Text(TEXT_MAX, min_length=0, charset=CHARSET)})
+        self.workspace = None
+        self.episode_sandbox: EpisodeSandbox | None = None
+        # RsiEnv's per-env settings its shared methods (state, recording, submit) read; a kernel has no engine
+        # configuration to warm-start or promote.
+        self.warm_start = False
+        self.promoter = None
+        self._reset_state()
+        self.start: KernelResult | None = None
+        self.last: KernelResult | None = None
+
+    # ---- measuring ----------------------------------------------------------------------------------
+    def seeds(self, submit: bool = False) -> list[int]:
+        """The check seeds of this episode's benches (or of its submission, which the benches never see)."""
+        base = (self.episode_seed or 0) * CHECK_SEEDS + (_SUBMIT_SEED_OFFSET if submit else 0)
+        return [base + k for k in range(CHECK_SEEDS)]
+
+    def measure(self, source: str, submit: bool = False) -> KernelResult:
+        """Check and time ``source`` on this episode's seeds, in a fresh sandbox."""
+        return measure_kernel(source, self.op, self.seeds(submit), self.sizes, device=self.device,
+                              timed_shapes=TIMED_SHAPES, backend=self.sandbox_backend)
+
+    def _episode_extra(self) -> dict[str, Any]:
+        return {"op": self.op, "model": self.model_name, "tier": self.tier_name, "device": self.device}
+
+    def kernel_source(self) -> str:
+        assert self.workspace is not None
+        return self.workspace.read(KERNEL_FILE)
+
+    # ---- Gymnasium API --------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super(RsiEnv, self).reset(seed=seed)  # gym.Env's: RsiEnv.reset measures workloads, which this task has none of
+        self.close()
+        self._reset_state()
+        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
+        self.episode_seed = int(s)
+        for r in self.rewards:
+            r.reset()
+        self.workspace = Workspace(self.task.editable_files)
+        self.workspace.write(KERNEL_FILE, self.template)
+        self.workspace.write("TASK.md", self._task_text())
+        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
+        self.start = self.last = None  # measured with the first bench: a reset costs no measurement
+        self.text = _clean(f"{self.task.id} ({self.op}, tier {self.tier_name}): {self.task.summary}\n"
+                           f"{KERNEL_FILE} holds the starting kernel; its docstring states the contract.")
+        return self._obs(), self._info()
+
+    def close(self) -> None:
+        if self.episode_sandbox is not None:
+            self.episode_sandbox.close()
+            self.episode_sandbox = None
+        super().close()
+
+    # ---- actions ----------------------------------------------------------------------------------------
+    def _run_shell(self, command: str) -> ShellResult:
+        assert self.episode_sandbox is not None
+        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
+
+    def _do_flag(self, act: dict[str, Any]) -> list[object]:
+        raise RsiEnvError(f"{self.task.id} has no engine flags: edit {KERNEL_FILE} (kind 1) instead")
+
+    def _do_edit(self, act: dict[str, Any]) -> list[object]:
+        before = self._source()
+        events = super()._do_edit(act)
+        if self.auto_bench and self._source() != before:
+            events += self._do_bench(explicit=False)
+        return events
+
+    def _source(self) -> str | None:
+        try:
+            return self.kernel_source()
+        except EditError:
+            return None
+
+    def _do_bench(self, explicit: bool) -> list[object]:
+        if self.measurements >= self.max_measurements:
+            self.text = _clean(self.text + f"\nno measurement: the budget of {self.max_measurements} is spent")
+            return []
+        self.measurements += 1
+        if self.start is None:
+            self.start = self.measure(self.template)
+        result = self._measure_workspace(submit=False)
+        self.last = result
+        s = result.score
+        self.last_score = s
+        if math.isfinite(s):
+            self.best_score = max(self.best_score, s)
+        head = "measured" if explicit else "auto-bench"
+        start = (f"starting kernel {self.start.speedup:.2f}x eager" if self.start.ok and self.start.speedup
+                 else f"starting kernel not measured: {self.start.error}")
+        self.text = _clean(f"{head}: score {s:+.4f} (best {self.best_score:+.4f}; {start}); {result.summary()}")
+        return [MeasureEvent(s, result.device_seconds)]
+
+    def _measure_workspace(self, submit: bool) -> KernelResult:
+        source = self._source()
+        if source is None:
+            return KernelResult(False, None, f"{KERNEL_FILE} is missing or unreadable; write it again with an "
+                                             "edit (old='')")
+        return self.measure(source, submit=submit)
+
+    def _do_submit(self) -> list[object]:
+        result = self._measure_workspace(submit=True)
+        start = self.measure(self.template, submit=True)
+        self.last = result
+        gain = (result.speedup / start.speedup) if result.ok and start.ok and start.speedup and result.speedup else 0.0
+        guards = (GuardResult("correct", result.correct, "" if result.correct else str(result.error)),
+                  GuardResult("speedup", result.ok and gain >= self.min_speedup,
+                              f"{gain:.2f}x the starting kernel vs required {self.min_speedup:.2f}x"))
+        self.verdict = Verdict(all(g.ok for g in guards), result.score, guards)
+        self.done = True
+        self.text = _clean(self.verdict.summary() + "\n" + result.summary())
+        return [MeasureEvent(-math.inf, result.device_seconds), SubmitEvent(self.verdict)]
+
+    # ---- observation ------------------------------------------------------------------------------------
+    def _obs(self) -> dict[str, Any]:
+        tel = np.zeros(len(KERNEL_FIELDS), dtype=np.float32)
+        r = self.last
+        if r is not None and r.ok and r.speedup is not None:
+            tel[0] = r.speedup
+            if self.start is not None and self.start.ok and self.start.speedup:
+                tel[1] = r.speedup / self.start.speedup
+            tel[2] = 1.0
+            tel[3] = float(np.mean([t["candidate_s"] for t in r.timings])) * 1e3
+            tel[4] = float(np.mean([t["reference_s"] for t in r.timings])) * 1e3
+        budget = np.array([1.0 - self.steps / self.max_steps, 1.0 - self.measurements / self.max_measurements],
+                          dtype=np.float32)
+        mask = np.ones(len(KIND_NAMES), dtype=np.int8)
+        mask[FLAG] = 0
+        mask[BENCH] = int(self.measurements < self.max_measurements)
+        return {"telemetry": np.clip(tel, 0.0, _OBS_HIGH), "config": np.zeros(1, dtype=np.float32),
+                "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask, "flag_mask": np.zeros(1, dtype=np.int8),
+                "text": _clean(self.text)}
+
+    def _info(self) -> dict[str, Any]:
+        r = self.last
+        return {"task": self.task.id, "op": self.op, "score": self.last_score, "best_score": self.best_score,
+                "measurements": self.measurements, "steps": self.steps, "sandbox": self.sandbox_backend,
+                "correct": None if r is None else r.correct, "speedup": None if r is None else r.speedup,
+                "verdict": None if self.verdict is None else {
+                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}}}
+
+    def _task_text(self) -> str:
+        return (f"# {self.task.id}: {self.op}\n\n{self.task.summary}\n\nEdit {KERNEL_FILE}; its docstring states "
+                f"the contract. Shapes: {self.model_name}'s sizes {self.sizes}, a batch and a dtype drawn per seed. "
+                f"Device: {self.device}. Submit passes when the kernel is correct on fresh inputs and "
+                f"{self.min_speedup:.2f}x as fast as the starting kernel.\n")
+
+
+def _require_cuda() -> None:
+    """Refuse the real tier where this machine has no CUDA device, saying so."""
+    try:
+        import torch
+    except ImportError:
+        raise RsiEnvError("tier='real' of RSI/Kernel-v0 needs torch with CUDA; torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise RsiEnvError(f"tier='real' of RSI/Kernel-v0 times kernels on CUDA, but torch {torch.__version__} sees "
+                          "no CUDA device here; run it on a GPU machine (sandbox='local' if bubblewrap hides "
+                          "/dev/nvidia*), or use tier='sim' (CPU timing)")

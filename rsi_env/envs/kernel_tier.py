@@ -1,0 +1,148 @@
+"""Measuring a RSI/Kernel-v0 kernel: the hidden harness in a fresh sandbox, its signed report checked here.
+
+`measure_kernel` copies the agent's ``kernel.py``, the public op definitions (``ops.py``) and the hidden
+harness, worker and references into a new folder, runs the harness there in a new sandbox (never in
+the env's process, never in the agent's own sandbox), and reads back one report, which it believes
+only if it carries the harness's HMAC under a secret made for this run (see ``hidden/harness.py`` for
+what is checked and how the time is taken). Reports are cached by everything that decides them — the
+kernel's text, the op, the seeds, the device, the model's sizes, the backend and the harness's own
+files — so measuring unchanged code again returns the first measurement: an episode cannot re-roll
+timing noise by benchmarking the same code twice, and a seeded episode replays the same numbers in
+one process (timings themselves are not reproducible across processes or machines).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsi_env.sandbox.backends import default_backend
+from rsi_env.sandbox.base import Limits
+from rsi_env.sandbox.fresh import run_fresh
+from rsi_env.sandbox.hidden import CODE_DIR, hidden_paths
+
+__all__ = ["KernelResult", "measure_kernel", "HARNESS_TIMEOUT_S"]
+
+KERNEL_DIR = CODE_DIR / "kernel"
+HARNESS_FILES = {"ops.py": KERNEL_DIR / "ops.py", "harness.py": KERNEL_DIR / "hidden" / "harness.py",
+                 "worker.py": KERNEL_DIR / "hidden" / "worker.py", "reference.py": KERNEL_DIR / "hidden" / "reference.py"}
+HARNESS_TIMEOUT_S = 120.0
+ROUNDS = 7
+BLOCK_S = {"cpu": 0.005, "cuda": 0.01}   # seconds of calls per timed block
+MAX_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 8 << 30}
+_LIMITS = {"cpu": Limits(cpu_s=240, memory_bytes=6 << 30, file_bytes=512 << 20, max_procs=64),
+           # CUDA maps far more address space than it uses: no address-space cap on the GPU tier
+           "cuda": Limits(cpu_s=600, memory_bytes=1 << 46, file_bytes=4 << 30, max_procs=256)}
+_CACHE: OrderedDict[str, KernelResult] = OrderedDict()
+_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """One measurement: correct on every check seed, the speedup over PyTorch eager, or why not."""
+
+    correct: bool
+    speedup: float | None                  # geometric mean over the timed shapes of eager time / kernel time
+    error: str | None = None
+    setup_error: bool = False              # the harness could not run at all (no CUDA, no torch): not the kernel's fault
+    checked: tuple[str, ...] = ()
+    timings: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    device_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Correct everywhere and timed."""
+        return self.correct and self.speedup is not None and math.isfinite(self.speedup) and self.speedup > 0
+
+    @property
+    def score(self) -> float:
+        """log(speedup over PyTorch eager); -inf unless correct and timed."""
+        return math.log(self.speedup) if self.ok and self.speedup else -math.inf
+
+    def summary(self) -> str:
+        if self.setup_error:
+            return f"NOT MEASURED: {self.error}"
+        if not self.correct:
+            return f"INCORRECT: {self.error}"
+        lines = [f"correct on {len(self.checked)} input sets; speedup over PyTorch eager "
+                 f"{self.speedup:.2f}x (geometric mean)" if self.speedup else "correct; not timed"]
+        lines += [f"  {t['shape']}: kernel {t['candidate_s'] * 1e3:.3f} ms, eager {t['reference_s'] * 1e3:.3f} ms "
+                  f"-> {t['speedup']:.2f}x" for t in self.timings]
+        return "\n".join(lines)
+
+
+def _failed(reason: str, setup: bool = False) -> KernelResult:
+    return KernelResult(False, None, reason, setup_error=setup)
+
+
+def _harness_digest() -> str:
+    h = hashlib.sha256()
+    for name, path in sorted(HARNESS_FILES.items()):
+        h.update(name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int], *, device: str = "cpu",
+                   timed_shapes: int = 2, backend: str = "auto", use_cache: bool = True) -> KernelResult:
+    """Check ``source`` (a kernel.py) on ``seeds`` and time it on the first ``timed_shapes`` of them."""
+    name = default_backend() if backend == "auto" else backend
+    scale = "cuda" if device == "cuda" else "cpu"
+    request = {"op": op, "device": device, "model": model, "scale": scale, "check_seeds": list(seeds),
+               "timed_shapes": timed_shapes, "rounds": ROUNDS, "block_s": BLOCK_S[scale],
+               "max_block_bytes": MAX_BLOCK_BYTES[scale]}
+    key = hashlib.sha256(json.dumps([source, request, name, _harness_digest()], sort_keys=True).encode()).hexdigest()
+    if use_cache and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    secret = secrets.token_hex(32)
+    files: dict[str, str | bytes] = {rel: path.read_bytes() for rel, path in HARNESS_FILES.items()}
+    files["kernel.py"] = source
+    files["request.json"] = json.dumps({**request, "secret": secret})
+    try:
+        run = run_fresh(files, "{python} -I harness.py request.json result.json", backend=name,
+                        timeout_s=HARNESS_TIMEOUT_S, max_output=8192, read=["result.json"], limits=_LIMITS[scale],
+                        hidden=hidden_paths())
+    except Exception as exc:  # noqa: BLE001  (the sandbox itself failed, e.g. the Docker engine went away)
+        return _failed(f"the {name} sandbox failed before the kernel was measured: {type(exc).__name__}: "
+                       f"{str(exc)[:300]}", setup=True)
+    res, raw = run.result, run.outputs.get("result.json")
+    if res.timed_out:
+        return _failed(f"the measurement did not finish within {HARNESS_TIMEOUT_S:.0f} s: does the kernel hang?")
+    result = _parse(raw, secret, res.summary())
+    if result.setup_error and device == "cuda" and name != "local":
+        result = _failed(f"{result.error}; the {name} sandbox does not show the GPU's device files: on a GPU "
+                         "machine use sandbox='local'", setup=True)
+    if not result.setup_error:
+        _CACHE[key] = result
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return result
+
+
+def _parse(raw: bytes | None, secret: str, output: str) -> KernelResult:
+    if raw is None:
+        tail = output.strip()[-800:]
+        if "No module named 'torch'" in output:
+            return _failed(f"the sandbox's Python cannot import torch ({tail})", setup=True)
+        return _failed(f"the harness produced no report; the kernel's process may have killed it ({tail})")
+    try:
+        outer = json.loads(raw)
+        text, mac = outer["body"], outer["mac"]
+        signed = hmac.compare_digest(hmac.new(bytes.fromhex(secret), text.encode(), hashlib.sha256).hexdigest(), mac)
+    except (ValueError, KeyError, TypeError):
+        signed = False
+    if not signed:
+        return _failed("the report does not carry the harness's signature: something other than the harness "
+                       "wrote result.json (the kernel's process must leave the harness's files alone)")
+    body = json.loads(text)
+    speedup = body.get("speedup")
+    return KernelResult(correct=bool(body["correct"]), speedup=float(speedup) if speedup is not None else None,
+                        error=body.get("error"), setup_error=bool(body.get("setup_error", False)),
+                        checked=tuple(body.get("checked", ())), timings=tuple(body.get("timings", ())),
+                        device_seconds=float(body.get("device_seconds", 0.0)))

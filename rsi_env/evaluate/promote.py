@@ -1,0 +1,238 @@
+"""Stage 2 of a two-tier evaluation: measure the candidates (and vLLM's defaults) on the real tier.
+
+``python -m rsi_env.evaluate.promote --plan configs/eval/<plan>.yaml --gpus 0,1`` reads the
+candidates file the search stage wrote and measures each configuration with `RealTier` — one
+driver process (one engine start, every workload) per configuration, in its own process group,
+killed whole at its timeout — on the local GPUs in parallel: a configuration that needs ``k``
+GPUs (tensor x pipeline x data parallel) waits for ``k`` free ones and gets them through
+``CUDA_VISIBLE_DEVICES``. vLLM's defaults go first (the real score of every candidate is measured
+against them), then the candidates in sim order, then the plan's probes (changes the output guard
+should catch). One JSON line per configuration is appended to
+``<out>/real.jsonl`` as it finishes, so a run cut short keeps what it measured, and a second run
+skips what is there. Nothing starts that would not finish before the deadline by its estimate,
+and no run outlives the deadline; an interrupted promote (Ctrl-C, SIGTERM) kills every running
+engine's process group before it exits.
+
+This module imports only the engine vocabulary and the real tier (no Gymnasium, no Optuna), so it
+runs on a GPU machine that has vLLM, numpy and PyYAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rsi_env.engine.workload import Workload
+from rsi_env.errors import RsiEnvError
+from rsi_env.evaluate.plan import EvalPlan, load_plan
+from rsi_env.real.tier import RealTier, group_members
+
+__all__ = ["estimated_makespan_s", "load_candidates", "main", "read_results", "run_promote"]
+
+
+def load_candidates(plan: EvalPlan) -> dict[str, Any]:
+    """The search stage's output for ``plan``; a clear error if it is missing or belongs to another plan."""
+    p = Path(plan.candidates)
+    if not p.is_file():
+        raise RsiEnvError(f"no candidates at {p}: run the search stage first (rsi-env eval --plan {plan.source} "
+                          "--stage search)")
+    doc: dict[str, Any] = json.loads(p.read_text())
+    if doc.get("plan") != plan.name:
+        raise RsiEnvError(f"{p} holds the candidates of plan {doc.get('plan')!r}, not {plan.name!r}")
+    return doc
+
+
+def read_results(plan: EvalPlan) -> list[dict[str, Any]]:
+    """Every configuration measured on real so far (``<out>/real.jsonl``), in the order they finished."""
+    p = Path(plan.out) / "real.jsonl"
+    if not p.is_file():
+        return []
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+def estimated_makespan_s(entries: Sequence[dict[str, Any]], num_gpus: int) -> float:
+    """Wall time of measuring ``entries`` in order on ``num_gpus`` GPUs by their ``est_real_s``, as `promote` schedules.
+
+    Each entry starts, in list order, on the GPUs that free up first (``num_gpus`` of them; one at a time
+    without GPUs to pin).
+    """
+    free = [0.0] * max(1, num_gpus)
+    end = 0.0
+    for e in entries:
+        need = min(int(e.get("num_gpus", 1)), len(free)) if num_gpus > 0 else 1
+        free.sort()
+        start = free[need - 1]
+        stop = start + float(e.get("est_real_s") or 0.0)
+        for k in range(need):
+            free[k] = stop
+        end = max(end, stop)
+    return end
+
+
+class _Pool:
+    """GPU ids handed to runs; ``[""]`` stands for "no GPU to pin" (a CPU machine: one run at a time)."""
+
+    def __init__(self, gpus: Sequence[str]) -> None:
+        self.free = list(gpus) or [""]
+        self.size = len(self.free)
+        self.cond = threading.Condition()
+
+
+def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: list[str], timeout_s: float,
+             out: Path, lock: threading.Lock, running: dict[str, RealTier], stop: threading.Event) -> None:
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if any(gpus) else {}
+    tier = RealTier(timeout_s=timeout_s, record_tokens=plan.promote.record_tokens, env=env)
+    running[entry["name"]] = tier
+    workloads = [Workload.from_dict(w) for w in doc["workloads"]]
+    t0 = time.monotonic()
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        tels = tier.measure_all(entry["flags"], doc["model"], doc["hardware"], workloads)
+    finally:
+        running.pop(entry["name"], None)
+    wall = time.monotonic() - t0
+    rows = {r["workload"]: r for r in tier.last_rows}
+    row = {
+        "name": entry["name"], "flags": entry["flags"], "gpus": [g for g in gpus if g], "num_gpus": entry["num_gpus"],
+        "started": when, "wall_s": round(wall, 2), "gpu_s": round(wall * entry["num_gpus"], 2),
+        "startup_s": next((r["startup_s"] for r in rows.values()), None),
+        "vllm_version": tier.engine_version, "workloads": [w.name for w in workloads],
+        "telemetry": [t.to_dict() for t in tels],
+        "output_token_ids": {w: (r["counters"].get("output_token_ids") or {}) for w, r in rows.items()},
+        "error": next((t.error for t in tels if t.error), None),
+    }
+    if stop.is_set():  # interrupted: the run was killed, not measured
+        return
+    with lock, open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps({"measured": entry["name"], "gpus": row["gpus"], "wall_s": row["wall_s"], "error": row["error"],
+                      "out_tok_per_s": [round(t.out_tok_per_s) for t in tels]}), flush=True)
+
+
+def _kill_running(running: dict[str, RealTier], threads: Sequence[threading.Thread]) -> None:
+    """Kill the process group of every measurement still running, until every run's thread has returned.
+
+    Killed again and again: a run whose thread was just starting gets its process group a moment later.
+    """
+    deadline = time.monotonic() + 30
+    pgids: set[int] = set()
+    while time.monotonic() < deadline:
+        pgids |= {t.last_pgid for t in list(running.values()) if t.last_pgid is not None}
+        for pg in pgids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pg, signal.SIGKILL)
+        if not any(th.is_alive() for th in threads) and not any(group_members(pg) for pg in pgids):
+            return
+        time.sleep(0.05)
+
+
+def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | None = None, fresh: bool = False,
+                only: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Measure the plan's defaults, candidates and probes on real; returns every row in ``<out>/real.jsonl``.
+
+    ``gpus``: ids to pin runs to (none: one run at a time, unpinned); ``deadline_s``: seconds from now
+    (the plan's by default); ``fresh``: start the results over; ``only``: these names only.
+    """
+    doc = load_candidates(plan)
+    out = Path(plan.out) / "real.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fresh and out.exists():
+        out.unlink()
+    done = {r["name"] for r in read_results(plan)}
+    todo = [e for e in [doc["defaults"], *doc["candidates"], *doc.get("probes", [])]
+            if e["name"] not in done and (not only or e["name"] in only)]
+    pool = _Pool(list(gpus))
+    order = list(pool.free)
+    print(json.dumps({"to_measure": [e["name"] for e in todo], "gpus": list(gpus) or None,
+                      "estimated_s": round(estimated_makespan_s(todo, len(gpus)))}), flush=True)
+    lock = threading.Lock()
+    running: dict[str, RealTier] = {}
+    stop = threading.Event()
+    pinned = any(g.strip() for g in gpus)
+    threads: list[threading.Thread] = []
+    t_end = time.monotonic() + (plan.promote.deadline_s if deadline_s is None else deadline_s)
+
+    def job(entry: dict[str, Any], ids: list[str], timeout_s: float) -> None:
+        try:
+            _run_one(entry, doc, plan, ids, timeout_s, out, lock, running, stop)
+        finally:
+            with pool.cond:
+                pool.free.extend(ids)
+                pool.cond.notify_all()
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
+    try:
+        for entry in todo:
+            need = int(entry["num_gpus"]) if pinned else 1
+            if need > pool.size:
+                print(json.dumps({"skipped": entry["name"], "why": f"needs {need} GPUs, {pool.size} given"}),
+                      flush=True)
+                continue
+            with pool.cond:
+                while len(pool.free) < need:
+                    pool.cond.wait(timeout=1.0)
+                left = t_end - time.monotonic()
+                est = float(entry.get("est_real_s") or 0.0)
+                if left < min(est, plan.promote.per_run_timeout_s):
+                    print(json.dumps({"skipped": entry["name"], "why": "deadline", "left_s": round(left),
+                                      "est_s": est}), flush=True)
+                    continue
+                pool.free.sort(key=order.index)  # lowest ids first, in the order given
+                ids, pool.free = pool.free[:need], pool.free[need:]
+            th = threading.Thread(target=job, args=(entry, ids, min(plan.promote.per_run_timeout_s, left)),
+                                  name=f"promote-{entry['name']}", daemon=True)
+            th.start()
+            threads.append(th)
+        for th in threads:
+            while th.is_alive():
+                th.join(timeout=1.0)
+    except KeyboardInterrupt:
+        stop.set()
+        _kill_running(running, threads)
+        raise
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+    return read_results(plan)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--plan", required=True, help="configs/eval/<plan>.yaml")
+    p.add_argument("--gpus", default="", help="GPU ids to use in parallel, e.g. 0,1 (default: none pinned, one at a time)")
+    p.add_argument("--deadline-s", type=float, default=None, help="seconds from now (default: the plan's)")
+    p.add_argument("--only", default="", help="comma-separated names (defaults,c1,...) to measure")
+    p.add_argument("--out", default=None, help="folder for real.jsonl (default: the plan's out)")
+    p.add_argument("--fresh", action="store_true", help="start <out>/real.jsonl over instead of skipping what is there")
+    args = p.parse_args(argv)
+    try:
+        plan = load_plan(args.plan)
+        if args.out:
+            plan = dataclasses.replace(plan, out=Path(args.out))
+        rows = run_promote(plan, [g for g in args.gpus.split(",") if g.strip()], args.deadline_s, args.fresh,
+                       [s for s in args.only.split(",") if s])
+    except RsiEnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: every running engine was killed; what finished is in real.jsonl", file=sys.stderr)
+        return 130
+    print(json.dumps({"measured": [r["name"] for r in rows], "results": str(Path(plan.out) / "real.jsonl")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

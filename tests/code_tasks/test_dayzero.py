@@ -1,0 +1,234 @@
+"""RSI/DayZero-v0 on the sim tier: the reference solutions earn the binary reward for every feature, the
+unmodified workspace does not, a plausible mistake fails with a clear message, and hostile workspaces
+are contained — their code runs in fresh sandboxes, never in the env's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rsi_env  # noqa: F401  (registers the envs)
+from rsi_env.dayzero import checks
+from rsi_env.dayzero.checks import FEATURES, DayZeroError, load_feature, model_spec, reference_spec
+from rsi_env.engine.model import ModelSpec
+from rsi_env.envs.dayzero import DayZeroEnv
+from rsi_env.errors import RsiEnvError
+from tests.code_tasks.dayzero_solutions import BLOCK, BLOCK_NORM_AFTER_ROPE, SPEC
+
+BACKEND = "bubblewrap"
+
+
+def make(feature: str | None = "qk_norm", seed: int = 0) -> DayZeroEnv:
+    env = gym.make("RSI/DayZero-v0", feature=feature, sandbox=BACKEND).unwrapped
+    env.reset(seed=seed)
+    return env
+
+
+def write(env: DayZeroEnv, path: str, text: str):
+    return env.step({"kind": 1, "path": path, "old": "", "new": text})
+
+
+@pytest.fixture
+def env():
+    e = make()
+    yield e
+    e.close()
+
+
+@pytest.mark.parametrize("feature", FEATURES)
+def test_reference_solution_passes_and_the_template_does_not(feature: str):
+    env = make(feature)
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert term and r < 1.0 and not info["verdict"]["passed"], obs["text"]
+    assert "FAIL] hidden " in obs["text"]
+    env.reset(seed=0)
+    _, r1, *_ = write(env, "spec.py", SPEC)
+    obs, r2, *_ = write(env, "block.py", BLOCK)
+    assert r1 > 0 and r2 > 0 and "hidden checks: 11/11 pass" in obs["text"], obs["text"]
+    if feature == "shared_experts":  # the sim serves the loaded model: 13.8B parameters, not the template's 1.9B
+        assert env.model.num_experts == 60 and env.last_tels[0].num_gpu_blocks < env.base_tels[0].num_gpu_blocks
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
+    assert info["feature"] == feature and all(info["checks"].values()) and len(info["checks"]) == 11
+    env.close()
+
+
+def test_qk_norm_after_rope_fails_with_a_clear_message(env: DayZeroEnv):
+    write(env, "spec.py", SPEC)
+    obs, *_ = write(env, "block.py", BLOCK_NORM_AFTER_ROPE)
+    assert "hidden checks: 5/11 pass" in obs["text"], obs["text"]
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert term and not info["verdict"]["passed"] and r < 1.0
+    assert "FAIL] hidden block: seed=11 tokens=7 first_position=0 layer=0: " in obs["text"]
+    assert "values differ from the reference; max |error|" in obs["text"]
+    assert "[ok] hidden cost: param_count" in obs["text"]
+
+
+def test_the_wrong_cost_names_the_number_and_the_expected_one():
+    env = make("sliding_window")
+    obs, *_ = write(env, "spec.py", SPEC.replace("if _sliding(c, i) else context_tokens for i", "if False else "
+                                                 "context_tokens for i"))
+    res = {c.name: c for c in env.checks}
+    assert not res["cost: kv_bytes"].ok and res["cost: flops_per_token"].ok
+    assert "config.json at 5000 tokens: 696,320,000 (expected 224,034,816" in res["cost: kv_bytes"].reason
+    env.close()
+
+
+def test_continuous_reward_pays_only_new_bests(env: DayZeroEnv):
+    _, r1, *_ = write(env, "spec.py", SPEC)
+    assert r1 == pytest.approx(3 / 11, abs=5e-3)  # two field checks and param_count, less the sim cost
+    _, r2, *_ = write(env, "spec.py", env.templates["spec.py"])
+    _, r3, *_ = write(env, "spec.py", SPEC)
+    assert r2 <= 0 and r3 <= 0
+
+
+def test_the_feature_comes_from_the_seed():
+    env = make(None, seed=0)
+    seen = []
+    for s in range(4):
+        env.reset(seed=s)
+        seen.append(env.feature.name)
+        arch = json.loads((env.workspace.root / "config.json").read_text())["architectures"][0]
+        assert arch == env.feature.config["architectures"][0]
+        assert json.loads((env.workspace.root / "tiny/weights.json").read_text())
+    assert seen == list(FEATURES)
+    env.close()
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(RsiEnvError, match="no model argument"):
+        gym.make("RSI/DayZero-v0", model="llama-3.1-8b")
+    with pytest.raises(RsiEnvError, match="unknown feature"):
+        gym.make("RSI/DayZero-v0", feature="mamba")
+    with pytest.raises(RsiEnvError, match="real tier checks"):
+        gym.make("RSI/DayZero-v0", feature="yarn", tier="real")
+
+
+HOSTILE_SPECS = [
+    ("while True:\n    pass\n", "did not finish"),
+    ("def spec_fields(c):\n    raise ValueError('boom')\n" + SPEC.split("def _mlp_params")[0].split(
+        "def spec_fields")[0], "must define a function param_count"),
+    (SPEC.replace('"qk_norm": bool(c.get("use_qk_norm"))', '"qk_norm": bool(c.get("use_qk_norm")), "rocket": 1'),
+     "fields ModelSpec does not have: ['rocket']"),
+    (SPEC.replace('"num_kv_heads": kv,', '"num_kv_heads": "eight",'), "num_kv_heads='eight' is not a valid value"),
+    (SPEC + "\ndef param_count(c):\n    return 1.5\n", "param_count(config.json) must return an int"),
+    ("import json, os\nopen('out.json', 'w').write(json.dumps({'config.json': {}}))\nos._exit(0)\n",
+     "do not cover exactly the configs"),
+    ("import os\nos.system('yes')\n", "produced no answers"),
+]
+
+
+@pytest.mark.parametrize("source, expect", HOSTILE_SPECS)
+def test_hostile_or_broken_loaders_come_back_as_clear_errors(env: DayZeroEnv, source: str, expect: str,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(checks, "SPEC_TIMEOUT_S", 2.0)
+    obs, r, term, _, _ = write(env, "spec.py", source)
+    assert expect in obs["text"] and np.isfinite(r) and not term, obs["text"]
+    obs, *_ = write(env, "spec.py", SPEC)  # the env still works
+    assert "hidden checks: 5/11 pass" in obs["text"]
+
+
+@pytest.mark.parametrize("source, expect", [
+    ("import torch\ndef decoder_layer(x, positions, weights, config, layer_idx):\n    return x[:3]\n",
+     "output shape [3, 128], expected [7, 128]"),
+    ("def decoder_layer(x, positions, weights, config, layer_idx):\n    return x * float('nan')\n", "NaN or inf"),
+    ("def decoder_layer(x, positions, weights, config, layer_idx):\n    raise KeyError('self_attn.q_norm')\n",
+     "KeyError: 'self_attn.q_norm'"),
+    ("import os\nos._exit(3)\n", "produced no outputs"),
+    ("import json\nopen('out.json', 'w').write('{}')\nraise SystemExit\n", "outputs file is malformed"),
+    (f"print(open('{checks.HIDDEN / 'reference_block.py'}').read())\n", "No such file"),
+])
+def test_hostile_or_broken_blocks_come_back_as_clear_errors(env: DayZeroEnv, source: str, expect: str):
+    obs, r, term, _, _ = write(env, "block.py", source)
+    text = obs["text"] + "\n".join(c.reason for c in env.checks)
+    assert expect in text and np.isfinite(r) and not term, text
+
+
+def test_workspace_code_never_runs_in_the_env_s_process(env: DayZeroEnv):
+    marker = f"/tmp/rsi-dayzero-{uuid.uuid4().hex[:8]}"
+    obs, *_ = write(env, "block.py", f"open({marker!r}, 'w').write('x')\n" + BLOCK)
+    obs, *_ = write(env, "spec.py", f"open({marker!r}, 'w').write('x')\n" + SPEC)
+    assert "hidden checks: 11/11 pass" in obs["text"], obs["text"]
+    assert not os.path.exists(marker)  # the sandbox's /tmp is private
+    assert "block" not in sys.modules and "spec" not in sys.modules and "torch" not in sys.modules
+
+
+def test_shell_commands_cannot_see_the_hidden_references(env: DayZeroEnv):
+    res = env._run_shell(f"ls tiny; ls {checks.HIDDEN}; echo end")
+    assert "weights.json" in res.output and "end" in res.output and "reference_block" not in res.output
+    env._run_shell("rm block.py")
+    obs, *_ = env.step({"kind": 3})
+    assert "block.py" in obs["text"] and "block runs" in {c.name for c in env.checks}
+
+
+def test_deleting_the_loader_fails_the_sim_tier_guard(env: DayZeroEnv):
+    env._run_shell("rm spec.py")
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert term and not info["verdict"]["passed"]
+    assert "FAIL] sim tier serves the loaded model" in obs["text"] and "FAIL] hidden loader runs" in obs["text"]
+
+
+# ---- the hidden reference agrees with the project's own loader where the project already knows the model ----
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(1, 80), heads=st.sampled_from([8, 16, 32, 64]), ratio=st.sampled_from([1, 2, 4, 8]),
+       head_dim=st.sampled_from([64, 128, 256]), inter=st.integers(1, 30000), vocab=st.integers(1000, 300000),
+       tied=st.booleans(), context=st.integers(1, 300000))
+def test_reference_spec_agrees_with_model_spec_on_llama(layers, heads, ratio, head_dim, inter, vocab, tied, context):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": heads * head_dim,
+           "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": heads // ratio,
+           "head_dim": head_dim, "intermediate_size": inter, "vocab_size": vocab, "max_position_embeddings": 8192,
+           "tie_word_embeddings": tied, "torch_dtype": "bfloat16"}
+    ref = reference_spec()
+    project = ModelSpec.from_hf_config(cfg, name="x")
+    assert ModelSpec(name="x", raw=cfg, **ref.spec_fields(cfg)) == project
+    norms = (2 * layers + 1) * heads * head_dim
+    assert ref.param_count(cfg) == project.total_params + norms
+    assert ref.kv_bytes(cfg, context) == project.kv_bytes_per_token() * context
+    attn = 4 * heads * head_dim * context * layers
+    assert ref.flops_per_token(cfg, context) == 2 * (project.active_layer_params + project.lm_head_params) + attn
+
+
+@pytest.mark.parametrize("feature", FEATURES)
+def test_every_feature_is_new_to_the_project(feature: str):
+    """The project's own loader gets each new config wrong: that is the task."""
+    f = load_feature(feature)
+    want = ModelSpec(name="x", raw=f.config, **reference_spec().spec_fields(f.config))
+    assert ModelSpec.from_hf_config(f.config, name="x") != want
+
+
+def test_model_spec_validation():
+    cfg = load_feature("qk_norm").config
+    fields = reference_spec().spec_fields(cfg)
+    assert model_spec(fields, cfg, "n").qk_norm
+    with pytest.raises(DayZeroError, match="must give"):
+        model_spec({k: v for k, v in fields.items() if k != "hidden_size"}, cfg, "n")
+    with pytest.raises(DayZeroError, match="multiple of num_kv_heads"):
+        model_spec({**fields, "num_kv_heads": 7}, cfg, "n")
+    with pytest.raises(DayZeroError, match="qk_norm=1"):
+        model_spec({**fields, "qk_norm": 1}, cfg, "n")
+
+
+def test_the_docker_sandbox_gives_the_same_verdicts(dockerd: None):
+    """The strongest backend (a container with the host's Python bound read-only) runs torch too."""
+    f = load_feature("shared_experts")
+    got = checks.check_workspace(SPEC, BLOCK_NORM_AFTER_ROPE, f, "docker")
+    assert [(c.name, c.ok) for c in got] == [(c.name, c.ok) for c in checks.check_workspace(
+        SPEC, BLOCK_NORM_AFTER_ROPE, f, BACKEND)]
+    assert all(c.ok for c in got)  # shared_experts has no QK-norm: the misplaced norm never runs
+
+
+def test_an_episode_replays_to_the_same_rewards():
+    env = make("yarn", seed=2)
+    write(env, "spec.py", SPEC)
+    env.step({"kind": 4})
+    res = rsi_env.validate(env.state())
+    assert res.ok and res.replayed_total == pytest.approx(env.state()["rewards"][0]) and res.replayed_total > 0
+    env.close()

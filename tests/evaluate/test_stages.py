@@ -1,0 +1,169 @@
+"""The three stages on RSI/Batching-v0 (sim search, promote on a stand-in real tier, report), and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import yaml
+
+import rsi_env.evaluate.promote as promote_mod
+from rsi_env.cli import main as cli_main
+from rsi_env.errors import RsiEnvError
+from rsi_env.evaluate import evaluate, load_plan, run_promote, run_search
+from rsi_env.evaluate.promote import estimated_makespan_s, load_candidates, read_results
+from rsi_env.evaluate.report import build_report, render_markdown
+
+PLAN = {
+    "name": "unit", "env": "RSI/Batching-v0", "env_kwargs": {}, "seed": 1000,
+    "search": {"method": "random_search", "budget": 12, "seed": 0},
+    "promote": {"top_k": 3, "min_gap": 0.1, "record_tokens": 4, "per_run_timeout_s": 60, "deadline_s": 120,
+                "startup_s": 1, "probes": [{"name": "kv_fp8", "flags": {"kv_cache_dtype": "fp8"}},
+                                           {"name": "tp2", "flags": {"tensor_parallel_size": 2}}]},
+}
+
+
+@pytest.fixture
+def plan(tmp_path, monkeypatch, fake_real_tier):
+    global FakeRealTier
+    FakeRealTier = fake_real_tier
+    raw = {**PLAN, "candidates": str(tmp_path / "cand.json"), "out": str(tmp_path / "out")}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr(promote_mod, "RealTier", fake_real_tier)
+    return load_plan(tmp_path / "plan.yaml")
+
+
+@pytest.fixture
+def searched(plan):
+    return plan, run_search(plan)
+
+
+def test_search_writes_spread_candidates_with_sim_telemetry(searched):
+    plan, doc = searched
+    assert load_candidates(plan) == json.loads(plan.candidates.read_text())
+    assert doc["sim_evaluations"] == 12 and doc["model"] == "llama-3.1-8b" and doc["hardware"] == "h200"
+    assert len(doc["candidates"]) == 3 and doc["defaults"]["sim_score"] == 0.0
+    scores = [c["sim_score"] for c in doc["candidates"]]
+    assert scores == sorted(scores, reverse=True)
+    assert len(doc["workloads"]) == 2 and all(len(c["sim"]) == 2 for c in doc["candidates"])
+    assert [p["name"] for p in doc["probes"]] == ["kv_fp8", "tp2"] and doc["probes"][1]["num_gpus"] == 2
+
+
+def test_promote_runs_on_two_gpus_in_parallel_and_appends(searched):
+    plan, doc = searched
+    rows = run_promote(plan, gpus=["0", "1"])
+    assert [r["name"] for r in rows][:1] == ["defaults"] and len(rows) == 6
+    assert FakeRealTier.max_running == 2
+    pinned = {c["env"]["CUDA_VISIBLE_DEVICES"] for c in FakeRealTier.calls}
+    assert pinned == {"0", "1", "0,1"}  # the tensor-parallel probe took both GPUs
+    assert next(r for r in rows if r["name"] == "tp2")["gpus"] == ["0", "1"]
+    assert all(r["error"] is None and r["gpu_s"] >= r["wall_s"] > 0 for r in rows)
+    assert all(set(r["output_token_ids"]) == {w["name"] for w in doc["workloads"]} for r in rows)
+    # a second run measures nothing new: what is there is kept
+    FakeRealTier.reset()
+    assert len(run_promote(plan, gpus=["0", "1"])) == 6 and FakeRealTier.calls == []
+
+
+def test_promote_keeps_to_the_deadline(searched):
+    plan, _ = searched
+    rows = run_promote(plan, deadline_s=0.0)
+    assert rows == [] and FakeRealTier.calls == []
+    run_promote(plan, deadline_s=60.0, only=["defaults", "c1"])
+    assert [r["name"] for r in read_results(plan)] == ["defaults", "c1"]
+    assert all(c["timeout_s"] <= 60.0 for c in FakeRealTier.calls)
+
+
+def test_a_config_needing_more_gpus_than_given_is_skipped(searched, capsys):
+    plan, _ = searched
+    rows = run_promote(plan, gpus=["0"])
+    assert "tp2" not in {r["name"] for r in rows} and '"skipped": "tp2"' in capsys.readouterr().out
+
+
+def test_report_numbers(searched):
+    plan, doc = searched
+    run_promote(plan, gpus=["0", "1"])
+    rep = build_report(plan)
+    # real = sim x 0.8 on every rate: the objective is 25 % off, the scores and their ranks are the same
+    assert rep["fidelity"]["mape_pct"] == pytest.approx(25.0)
+    assert rep["fidelity"]["mape_metric_pct"] == pytest.approx(25.0)
+    assert rep["fidelity"]["spearman"] == pytest.approx(1.0)
+    rows = {r["name"]: r for r in rep["rows"]}
+    for c in doc["candidates"]:
+        assert rows[c["name"]]["real_score"] == pytest.approx(c["sim_score"], abs=1e-9)
+        assert rows[c["name"]]["outputs"]["ok"]
+    assert not rows["kv_fp8"]["outputs"]["ok"] and rows["kv_fp8"]["probe"]
+    assert rep["improvement"]["best_on_real"] == "c1"
+    assert rep["improvement"]["best_real_pct"] == pytest.approx(100 * math.expm1(doc["candidates"][0]["sim_score"]))
+    spent = [r["gpu_s"] for r in read_results(plan)]
+    assert rep["cost"]["real_gpu_s"] == pytest.approx(sum(spent))
+    assert rep["cost"]["real_only_gpu_s_est"] == pytest.approx(13 * sum(spent) / len(spent))
+    md = render_markdown(rep)
+    assert "| c1 |" in md and "kv_fp8 (probe)" in md and "Spearman rho 1.000" in md
+
+
+def test_a_candidate_real_refuses_is_reported_not_ranked(searched):
+    plan, doc = searched
+    FakeRealTier.refuse = doc["candidates"][1]["flags"]
+    run_promote(plan)
+    rep = build_report(plan)
+    c2 = next(r for r in rep["rows"] if r["name"] == "c2")
+    assert c2["real_error"].startswith("invalid_config") and c2["outputs"] is None and c2["real_score"] == -math.inf
+    assert rep["fidelity"]["failed_on_real"] == ["c2"] and rep["fidelity"]["spearman"] == pytest.approx(1.0)
+    assert "invalid_config: refused by the stand-in" in render_markdown(rep)
+
+
+def test_report_without_real_defaults_has_no_real_scores(searched):
+    plan, _ = searched
+    run_promote(plan, only=["c1"])
+    rep = build_report(plan)
+    assert all(math.isnan(r["real_score"]) for r in rep["rows"]) and math.isnan(rep["fidelity"]["spearman"])
+
+
+def test_estimated_makespan():
+    e = [{"est_real_s": 100, "num_gpus": 1}, {"est_real_s": 50, "num_gpus": 1}, {"est_real_s": 30, "num_gpus": 1},
+         {"est_real_s": 40, "num_gpus": 2}]
+    # 0: [0,100]; 1: [0,50] then [50,80]; the 2-GPU run waits for both: [100,140]
+    assert estimated_makespan_s(e, 2) == pytest.approx(140.0)
+    assert estimated_makespan_s(e, 0) == pytest.approx(220.0)
+
+
+def test_evaluate_all_stages_and_cli(plan, capsys):
+    rep = evaluate(plan, gpus=["0", "1"])
+    assert rep is not None and (plan.out / "report.md").exists() and json.loads((plan.out / "report.json").read_text())
+    capsys.readouterr()
+    assert cli_main(["eval", "--plan", plan.source, "--stage", "report", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"] == "unit" and out["fidelity"]["spearman"] == pytest.approx(1.0)
+
+
+def test_bad_plans_are_named(tmp_path):
+    with pytest.raises(RsiEnvError, match="no eval plan"):
+        load_plan(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    for raw, msg in [({**PLAN, "candidates": "c", "out": "o", "colour": 1}, "unknown keys"),
+                     ({**PLAN, "candidates": "c", "out": "o", "env_kwargs": {"tier": "real"}}, "may not set tier"),
+                     ({**PLAN, "out": "o"}, "missing keys"),
+                     ({**PLAN, "candidates": "c", "out": "o", "promote": {"probes": [{"flags": {}}]}}, "each probe")]:
+        bad.write_text(yaml.safe_dump(raw))
+        with pytest.raises(RsiEnvError, match=msg):
+            load_plan(bad)
+
+
+def test_promote_needs_the_search_first(plan):
+    with pytest.raises(RsiEnvError, match="run the search stage first"):
+        run_promote(plan)
+    other = dataclasses.replace(plan, name="other")
+    run_search(plan)
+    with pytest.raises(RsiEnvError, match="not 'other'"):
+        load_candidates(other)
+
+
+def test_the_shipped_h200_plan_fits_two_gpus_in_its_deadline():
+    plan = load_plan("configs/eval/batching_h200.yaml")
+    doc = load_candidates(plan)
+    assert len(doc["candidates"]) == plan.promote.top_k == 5
+    scores = [c["sim_score"] for c in doc["candidates"]]
+    assert all(a - b >= plan.promote.min_gap for a, b in zip(scores, scores[1:], strict=False))
+    assert estimated_makespan_s([doc["defaults"], *doc["candidates"]], 2) <= plan.promote.deadline_s

@@ -1,0 +1,73 @@
+"""The calibration loop: real-tier rows in the store -> a fitted calibration the simulator then uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rsi_env.cli import main
+from rsi_env.sim import simulate
+from rsi_env.sim.calibration import load_calibration
+from rsi_env.sim.fit import load_samples, samples_from_rows
+from rsi_env.store import ExperienceStore
+from rsi_env.store.calibrate import real_rows
+from rsi_env.store.transfer import import_files
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "measurements"
+
+
+def _subset(tmp_path: Path) -> Path:
+    """Llama-3.2-1B and every model's defaults: enough configurations to split, quick to fit."""
+    lines = [x for f in sorted((DATA / "h200-vllm0.26").glob("*.jsonl")) for x in f.read_text().splitlines()
+             if x.strip() and (json.loads(x)["model"] == "llama-3.2-1b" or json.loads(x)["flags"] == {})]
+    out = tmp_path / "subset.jsonl"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_imported_real_rows_are_the_samples_of_the_files(tmp_path):
+    st = ExperienceStore(str(tmp_path / "s.sqlite"))
+    files = sorted(DATA.glob("*/*.jsonl"))
+    added = import_files(st, files)
+    assert added["measurement"] == sum(len(f.read_text().splitlines()) for f in files)
+    rows = st.measurements("tier = 'real'")
+    assert {r["source"] for r in rows} == {"import:real-tier-file"} and all(r["gpu_seconds"] > 0 for r in rows)
+    one_gpu = samples_from_rows(real_rows(st, "h200", "0.26"))
+    from_files = load_samples(sorted((DATA / "h200-vllm0.26").glob("*.jsonl")))
+    key = (lambda s: (s.config_key, s.workload.content_hash))  # noqa: E731
+    assert sorted(map(key, one_gpu)) == sorted(map(key, from_files))
+    assert len(real_rows(st, "h200", "0.26", num_gpus=2)) == len((DATA / "h200x2-vllm0.26" / "tp2.jsonl")
+                                                                  .read_text().splitlines())
+
+
+def test_calibrate_from_store_writes_a_newer_calibration_that_the_simulator_uses(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RSI_ENV_CALIBRATION_DIR", str(tmp_path / "cal"))
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    assert main(["experience", "import", str(_subset(tmp_path)), "--store", url]) == 0
+    before = load_calibration("h200", "0.26")
+    assert main(["calibrate", "--hardware", "h200", "--from-store", "--store", url, "--max-nfev", "2"]) == 0
+    assert "the simulator now uses it" in capsys.readouterr().out
+    after = load_calibration("h200", "0.26")
+    assert after.id != before.id and after.provenance["source"] == "experience store"
+    assert after.provenance["store"] == str(tmp_path / "s.sqlite") and after.provenance["rows_used"] > 0
+    assert set(after.provenance["held_out_error"]) >= {"out_tok_per_s_mape", "ttft_p50_mape"}
+    assert after.provenance["fitted"] > str(before.provenance["fitted"])
+    assert simulate({}, "llama-3.2-1b", "h200", "short_long").calibration == after.id
+    assert simulate({}, "llama-3.2-1b", "h100-sxm", "short_long").calibration.startswith("default")
+    cals = ExperienceStore(url).calibrations()
+    assert [c["id"] for c in cals] == [after.id] and cals[0]["rows_used"] == after.provenance["rows_used"]
+    assert Path(cals[0]["path"]).is_file()
+
+
+def test_calibrate_from_an_empty_store_says_what_to_do(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'e.sqlite'}"
+    assert main(["calibrate", "--hardware", "h200", "--from-store", "--store", url]) == 2
+    assert "no successful real-tier measurements" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["calibrate", "--hardware", "h200"]])
+def test_calibrate_needs_a_source(argv, capsys):
+    assert main(argv) == 2
+    assert "--from-store" in capsys.readouterr().err
