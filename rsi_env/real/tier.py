@@ -5,6 +5,9 @@ and workers), waits at most ``timeout_s``, and then kills the whole group, whate
 process or accelerator memory outlives a measurement. Failures are results, not exceptions: a
 configuration vLLM refuses comes back as ``invalid_config: <vLLM's own message>``, running out of
 memory as ``oom: …``, a hang as ``timeout``, anything else as ``crash: <the error>``.
+
+``measure_all(..., policy_keys=...)`` runs a scheduling policy's precomputed keys inside the engine
+(``RSI/Scheduler-v0``; `rsi_env.real.policy_scheduler`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -29,7 +32,11 @@ from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
+from rsi_env.real.policy_keys import write_policy_keys
 from rsi_env.store.record import record_measurements
+
+if TYPE_CHECKING:
+    from rsi_env.sim.policy_hook import PolicyKeys
 
 __all__ = ["RealTier", "classify_failure", "group_members", "installed_vllm_version"]
 
@@ -100,8 +107,12 @@ class RealTier:
     name = "real"
 
     def __init__(self, *, timeout_s: float = 900.0, python: str | None = None, record_tokens: int = 0,
-                 env: dict[str, str] | None = None, usage_context: str = "server") -> None:
+                 env: dict[str, str] | None = None, usage_context: str = "server",
+                 engine_args: dict[str, Any] | None = None) -> None:
+        """``engine_args``: vLLM ``EngineArgs`` fields outside `EngineConfig`'s vocabulary that the driver
+        passes through (``num_gpu_blocks_override``: a fixed KV-cache size, to force preemption in tests)."""
         self.timeout_s = timeout_s
+        self.engine_args = dict(engine_args or {})
         self.python = python or sys.executable
         self.record_tokens = record_tokens
         self.extra_env = dict(env or {})
@@ -115,8 +126,12 @@ class RealTier:
         return self.measure_all(engine_config, model, hardware, [workload])[0]
 
     def measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
-                    hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path]) -> list[Telemetry]:
-        """One engine start for every workload (a start costs far more than a short workload)."""
+                    hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path], *,
+                    policy_keys: Mapping[str, PolicyKeys] | None = None) -> list[Telemetry]:
+        """One engine start for every workload (a start costs far more than a short workload).
+
+        ``policy_keys`` (workload name -> keys of its requests) runs the engine under that scheduling policy.
+        """
         cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
         spec, hw = load_model(model), load_hardware(hardware)
         wls = [load_workload(w) for w in workloads]
@@ -129,8 +144,11 @@ class RealTier:
             cmd = [self.python, "-m", "rsi_env.real.vllm_driver", "--model", str(t / "model.json"),
                    "--out", str(t / "out.jsonl"), "--hardware", hw.name, "--slo-from-workload",
                    "--usage-context", self.usage_context, "--record-tokens", str(self.record_tokens)]
-            for k, v in cfg.to_dict(only_set=True).items():
+            for k, v in {**cfg.to_dict(only_set=True), **self.engine_args}.items():
                 cmd += ["--set", f"{k}={json.dumps(v)}"]
+            if policy_keys is not None:
+                write_policy_keys(t / "policy_keys.json", policy_keys)
+                cmd += ["--policy-keys", str(t / "policy_keys.json")]
             for i, w in enumerate(wls):
                 p = t / f"w{i}.yaml"
                 p.write_text(yaml.safe_dump(w.to_dict(), sort_keys=False))
@@ -153,6 +171,8 @@ class RealTier:
                 out.append(tel)
             else:
                 out.append(Telemetry.failed(failure or "crash: no result for this workload", tier="real"))
+        if policy_keys is not None:  # the store has no field for a scheduling policy: keep it out, not mislabelled
+            return out
         # Into the experience store: what vLLM resolved, its start-up, and the GPU time really held (start included).
         record_measurements("real", self.engine_version, cfg, spec, hw, wls, out,
                             resolved=[by_name.get(w.name, {}).get("resolved") for w in wls],

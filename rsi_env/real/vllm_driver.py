@@ -7,7 +7,11 @@ writes the model's ``config.json`` to a temporary folder, starts vLLM's ``AsyncL
 checkpoint instead), sends each workload's exact token ids on its arrival schedule, streams the
 outputs to time TTFT/TPOT/latency per request, and reads vLLM's own Prometheus counters
 (preemptions, prefix-cache queries and hits, KV-cache usage, tokens per step). One JSON line per
-workload goes to ``--out``.
+workload goes to ``--out``, with every request's arrival, first-token and finish times (``requests``).
+
+``--policy-keys FILE`` runs a scheduling policy (``RSI/Scheduler-v0``): vLLM's ``priority`` policy
+with `rsi_env.real.policy_scheduler.PolicyScheduler` as ``scheduler_cls``, which orders and preempts
+requests by the precomputed keys in FILE (`rsi_env.real.policy_keys`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
+from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.schedule import run_schedule
 
 __all__ = ["main"]
@@ -41,6 +46,7 @@ _PASS_THROUGH = (
     "cudagraph_capture_sizes", "long_prefill_token_threshold", "max_num_partial_prefills",
     "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
     "max_model_len", "scheduling_policy", "async_scheduling", "dtype",
+    "num_gpu_blocks_override",  # not an EngineConfig flag: a fixed KV-cache size, for tests that force preemption
 )
 
 
@@ -79,7 +85,7 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str,
                             ignore_eos=True, temperature=0.0, output_kind=RequestOutputKind.DELTA,
                             detokenize=False)
         arrival[i] = time.perf_counter() - t0
-        async for out in engine.generate(TokensPrompt(prompt_token_ids=prompts[i]), sp, f"{tag}-{i}"):
+        async for out in engine.generate(TokensPrompt(prompt_token_ids=prompts[i]), sp, request_id(tag, i)):
             k = len(out.outputs[0].token_ids)
             if i in tokens:
                 tokens[i].extend(int(t) for t in out.outputs[0].token_ids)
@@ -166,6 +172,14 @@ async def _main_async(args: argparse.Namespace) -> int:
         print(f"rsi-env-error: invalid_config: unknown engine flags {unknown}; known: {list(_PASS_THROUGH)}",
               file=sys.stderr)
         return 2
+    workloads = [Workload.from_yaml(p) for p in args.workload]
+    if args.policy_keys:
+        problem = _policy_problem(args.policy_keys, flags, workloads)
+        if problem:
+            print(f"rsi-env-error: {problem}", file=sys.stderr)
+            return 2
+        os.environ[KEYS_ENV] = str(Path(args.policy_keys).resolve())  # inherited by the engine-core process
+        flags["scheduling_policy"] = "priority"
     have = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
     missing = [k for k in flags if k not in have]
     if missing:
@@ -175,7 +189,6 @@ async def _main_async(args: argparse.Namespace) -> int:
     hw = load_hardware(args.hardware)
     num_gpus = int(flags.get("tensor_parallel_size", 1)) * int(flags.get("pipeline_parallel_size", 1)) * int(
         flags.get("data_parallel_size", 1))
-    workloads = [Workload.from_yaml(p) for p in args.workload]
     tmp = Path(tempfile.mkdtemp(prefix="rsi-model-"))
     (tmp / "config.json").write_text(json.dumps(spec.to_hf_config()))
     load_format = "dummy"
@@ -187,7 +200,11 @@ async def _main_async(args: argparse.Namespace) -> int:
     eargs = AsyncEngineArgs(model=str(tmp), load_format=load_format, skip_tokenizer_init=True,
                             generation_config="vllm", disable_log_stats=False, seed=0, **flags)
     t_start = time.perf_counter()
-    engine = AsyncLLM.from_engine_args(eargs, usage_context=ctx)
+    vllm_config = eargs.create_engine_config(usage_context=ctx)
+    if args.policy_keys:  # the scheduler class that matches the engine's own choice of async scheduling
+        sc = vllm_config.scheduler_config
+        sc.scheduler_cls = ASYNC_SCHEDULER_CLS if getattr(sc, "async_scheduling", False) else SCHEDULER_CLS
+    engine = AsyncLLM.from_vllm_config(vllm_config, usage_context=ctx, disable_log_stats=False)
     startup = time.perf_counter() - t_start
     resolved = _resolved(engine.vllm_config)
     print(json.dumps({"startup_s": startup, "resolved": resolved}), flush=True)
@@ -216,6 +233,10 @@ async def _main_async(args: argparse.Namespace) -> int:
                 "workload_spec": w.to_dict(), "vllm_version": vllm.__version__, "startup_s": startup,
                 "wall_s": time.perf_counter() - t_w, "counters": c, "telemetry": tel.to_dict(),
                 "hardware": args.hardware, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "requests": {"arrival_s": timings.arrival.round(6).tolist(),
+                             "first_token_s": timings.first_token.round(6).tolist(),
+                             "finish_s": timings.finish.round(6).tolist()},
+                "policy_keys": bool(args.policy_keys),
             }
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -225,6 +246,22 @@ async def _main_async(args: argparse.Namespace) -> int:
     finally:
         engine.shutdown()
     return 0
+
+
+def _policy_problem(path: str, flags: dict[str, Any], workloads: list[Workload]) -> str | None:
+    """Why a policy cannot run with these flags and keys (None when it can)."""
+    if flags.get("scheduling_policy", "priority") != "priority":
+        return ("invalid_config: a scheduling policy runs as vLLM's priority policy; "
+                f"drop scheduling_policy={flags['scheduling_policy']!r}")
+    try:
+        keys = read_policy_keys(path)
+    except ValueError as exc:
+        return f"crash: {exc}"
+    missing = [request_id(w.name, i) for w in workloads for i in range(w.requests)
+               if request_id(w.name, i) not in keys]
+    if missing:
+        return f"crash: the policy keys file has no keys for {len(missing)} requests (first: {missing[0]})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slo-from-workload", action="store_true")
     p.add_argument("--weights", help="a folder of *.safetensors to load instead of dummy weights")
     p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
+    p.add_argument("--policy-keys", default=None, metavar="FILE",
+                   help="run a scheduling policy: {request id: [waiting_key, victim_key]} (rsi_env.real.policy_keys)")
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return asyncio.run(_main_async(args))
