@@ -84,8 +84,9 @@ def task_workloads() -> list[Workload]:
 
 def catalogue_hash() -> str:
     """Hash of everything an instance's verdict depends on: engine sources, bugs, checks, harness, tests."""
-    parts = [json.dumps(clean_workspace(), sort_keys=True), MUTATIONS_FILE.read_text(), CHECKS_FILE.read_text(),
-             HARNESS.read_text()] + [(WORKLOAD_DIR / f"{n}.yaml").read_text() for n in TASK_WORKLOADS]
+    parts = [json.dumps(clean_workspace(pkg_root="@PKG_ROOT@"), sort_keys=True), MUTATIONS_FILE.read_text(),
+             CHECKS_FILE.read_text(), HARNESS.read_text()]
+    parts += [(WORKLOAD_DIR / f"{n}.yaml").read_text() for n in TASK_WORKLOADS]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 

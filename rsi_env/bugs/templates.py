@@ -34,8 +34,12 @@ def _source(module: object) -> str:
     return Path(str(getattr(module, "__file__", ""))).read_text()
 
 
-def clean_workspace() -> dict[str, str]:
-    """``{relative path: text}`` of the unmodified workspace: the three engine modules and the visible tests."""
+def clean_workspace(pkg_root: str = PKG_ROOT) -> dict[str, str]:
+    """``{relative path: text}`` of the unmodified workspace: the three engine modules and the visible tests.
+
+    ``pkg_root`` is written into the visible tests (where they import the simulator from); the generator's
+    catalogue hash passes the placeholder itself, so the hash does not depend on where the package lives.
+    """
     engine = _source(rsi_env.sim.engine)
     if engine.count(LOCAL_IMPORT[0]) != 1:
         raise RuntimeError(f"rsi_env/sim/engine.py must import the block pool once as {LOCAL_IMPORT[0]!r}")
@@ -43,5 +47,5 @@ def clean_workspace() -> dict[str, str]:
              "engine.py": engine.replace(*LOCAL_IMPORT),
              "config.py": _source(rsi_env.engine.config)}
     for p in sorted(VISIBLE_DIR.rglob("*.py")):
-        files[p.relative_to(VISIBLE_DIR).as_posix()] = p.read_text().replace("@PKG_ROOT@", PKG_ROOT)
+        files[p.relative_to(VISIBLE_DIR).as_posix()] = p.read_text().replace("@PKG_ROOT@", pkg_root)
     return files
