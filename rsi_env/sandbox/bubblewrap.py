@@ -13,11 +13,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 from functools import cache
+from pathlib import Path
 
+import rsi_env
 from rsi_env.sandbox.base import Sandbox, ShellResult, sandbox_environ
 from rsi_env.sandbox.process import run_process
 
 __all__ = ["BubblewrapSandbox"]
+
+_PACKAGE = Path(rsi_env.__file__).resolve().parent  # read-only like the rest of the root; its hidden parts masked
 
 
 @cache
@@ -48,7 +52,10 @@ class BubblewrapSandbox(Sandbox):
         """The ``bwrap`` command line that runs ``command``."""
         ws = str(self.workspace)
         bwrap = shutil.which("bwrap") or "bwrap"
-        argv = [bwrap, "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", ws, ws, "--dev", "/dev", "--proc", "/proc"]
+        argv = [bwrap, "--ro-bind", "/", "/", "--tmpfs", "/tmp"]
+        if _PACKAGE.is_relative_to("/tmp"):  # a checkout under /tmp: the private /tmp would hide rsi-env itself
+            argv += ["--ro-bind", str(_PACKAGE), str(_PACKAGE)]
+        argv += ["--bind", ws, ws, "--dev", "/dev", "--proc", "/proc"]
         for p in self.hidden:
             argv += ["--tmpfs", str(p)] if p.is_dir() else ["--ro-bind", "/dev/null", str(p)]
         return argv + ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", ws,
