@@ -1,8 +1,10 @@
 """RSI/Kernel-v0's harness on the starting kernels and a reference solution: speedups over PyTorch eager and fast_p.
 
-``python benchmarks/bench_kernel.py [--device cpu|cuda] [--seeds 3] [--sandbox auto] [--solution FILE]``. Every op is
+``python benchmarks/bench_kernel.py [--device cpu|cuda] [--seeds 3] [--sandbox auto] [--solution FILE] [--episodes]``. Every op is
 measured by the env's own path (the hidden harness in a fresh sandbox); KernelBench's ``fast_p`` is the
-fraction of ops whose kernel is correct and more than ``p`` times as fast as eager.
+fraction of ops whose kernel is correct and more than ``p`` times as fast as eager. ``--episodes`` then plays
+one RSI/Kernel-v0 episode per op on the same device (``tier="real"`` on CUDA): submit the starting kernel, then
+the solution, and prints each verdict and reward.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--sandbox", default="auto", help="auto, docker, bubblewrap or local (the harness's sandbox)")
     ap.add_argument("--solution", type=Path, help="a kernel.py to measure instead of the tests' reference solution")
+    ap.add_argument("--episodes", action="store_true", help="also play one env episode per op (start, then solution)")
     args = ap.parse_args()
     sizes = model_sizes(args.model)
     solution = args.solution.read_text() if args.solution else reference_solution()
@@ -59,6 +62,25 @@ def main() -> None:
         g = math.exp(sum(math.log(s) for s in geo) / len(geo)) if geo else float("nan")
         print(f"{name:<9} fast_0={fast_p(res, 0.0):.2f} fast_1.0={fast_p(res, 1.0):.2f} "
               f"fast_1.5={fast_p(res, 1.5):.2f} geomean x eager={g:.2f}")
+    if args.episodes:
+        episodes(solution, "real" if args.device == "cuda" else "sim", args.sandbox)
+
+
+def episodes(solution: str, tier: str, sandbox: str) -> None:
+    """One episode per op through the env: the unmodified workspace submitted, then the solution."""
+    from rsi_env.envs.kernel import KernelEnv
+
+    for op in OPS:
+        env = KernelEnv(op=op, tier=tier, sandbox=sandbox)
+        for name, edit in (("start", None), ("solution", solution)):
+            env.reset(seed=0)
+            if edit is not None:
+                env.step({"kind": 1, "path": "kernel.py", "old": "", "new": edit})
+            _, reward, term, _, info = env.step({"kind": 4})
+            verdict = info.get("verdict", {})
+            print(f"episode tier={tier} {op:<24} {name:<9} passed={verdict.get('passed')} reward={reward:.3f} "
+                  f"terminated={term}")
+        env.close()
 
 
 if __name__ == "__main__":

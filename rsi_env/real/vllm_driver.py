@@ -36,6 +36,7 @@ from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.schedule import run_schedule
+from rsi_env.real.step_trace import StepTrace, stat_logger_factory
 
 __all__ = ["main"]
 
@@ -64,8 +65,8 @@ def _metric_values() -> dict[str, float]:
     return out
 
 
-async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str,
-                     record: int = 0) -> tuple[RequestTimings, dict[str, Any]]:
+async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str, record: int = 0,
+                     steps: StepTrace | None = None) -> tuple[RequestTimings, dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
@@ -110,6 +111,7 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str,
 
     before = _metric_values()
     sampler_task = asyncio.create_task(sampler())
+    first_step = len(steps) if steps is not None else 0
     t0 = time.perf_counter()
     await run_schedule(trace, one, t0)
     done.set()
@@ -130,6 +132,8 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str,
         "step_tokens": diff.get("vllm:iteration_tokens_total:sum", 0.0),
         "output_token_ids": {str(i): t for i, t in tokens.items()},
     }
+    if steps is not None:  # times from the workload's start, as the requests' times
+        counters["steps"] = steps.since(first_step, t_origin=t0 - steps.t0)
     return RequestTimings(arrival, first, finish, trace.prompt_len, trace.output_len), counters
 
 
@@ -197,14 +201,19 @@ async def _main_async(args: argparse.Namespace) -> int:
             (tmp / ckpt.name).write_bytes(ckpt.read_bytes())
         load_format = "safetensors"
     ctx = UsageContext.OPENAI_API_SERVER if args.usage_context == "server" else UsageContext.LLM_CLASS
+    extra: dict[str, Any] = {}
+    if "cudagraph_metrics" in have:  # each step's token count, padded size and CUDA-graph mode, for the step trace
+        extra["cudagraph_metrics"] = True
     eargs = AsyncEngineArgs(model=str(tmp), load_format=load_format, skip_tokenizer_init=True,
-                            generation_config="vllm", disable_log_stats=False, seed=0, **flags)
+                            generation_config="vllm", disable_log_stats=False, seed=0, **extra, **flags)
     t_start = time.perf_counter()
     vllm_config = eargs.create_engine_config(usage_context=ctx)
     if args.policy_keys:  # the scheduler class that matches the engine's own choice of async scheduling
         sc = vllm_config.scheduler_config
         sc.scheduler_cls = ASYNC_SCHEDULER_CLS if getattr(sc, "async_scheduling", False) else SCHEDULER_CLS
-    engine = AsyncLLM.from_vllm_config(vllm_config, usage_context=ctx, disable_log_stats=False)
+    steps = StepTrace()
+    engine = AsyncLLM.from_vllm_config(vllm_config, usage_context=ctx, disable_log_stats=False,
+                                       stat_loggers=[stat_logger_factory(steps)])
     startup = time.perf_counter() - t_start
     resolved = _resolved(engine.vllm_config)
     print(json.dumps({"startup_s": startup, "resolved": resolved}), flush=True)
@@ -217,7 +226,8 @@ async def _main_async(args: argparse.Namespace) -> int:
             await engine.reset_prefix_cache()
             trace = w.trace()
             t_w = time.perf_counter()
-            timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name, args.record_tokens)
+            timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name, args.record_tokens, steps)
+            step_cols = c.pop("steps")
             q = c["prefix_cache_queries"]
             tel = summarize(
                 timings, slo=w.slo if args.slo_from_workload else SLO(), price_per_hour=hw.price_per_hour,
@@ -237,6 +247,7 @@ async def _main_async(args: argparse.Namespace) -> int:
                              "first_token_s": timings.first_token.round(6).tolist(),
                              "finish_s": timings.finish.round(6).tolist()},
                 "policy_keys": bool(args.policy_keys),
+                "steps": step_cols,
             }
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")

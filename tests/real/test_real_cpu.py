@@ -55,6 +55,25 @@ def test_real_telemetry_from_one_engine_start(measured):
     assert not _left_over(tier)
 
 
+def test_the_step_trace_accounts_for_every_step_and_token(measured):
+    tier, _ = measured
+    for row, w in zip(tier.last_rows, WORKLOADS, strict=True):
+        steps = row["steps"]
+        n = len(steps["t"])
+        assert all(len(v) == n for v in steps.values())
+        worked = [i for i in range(n) if steps["tokens"][i] > 0]
+        # vLLM's own step counter counts the steps that scheduled tokens; the trace has each of them
+        assert len(worked) == row["counters"]["num_steps"]
+        # vLLM counts a step's prompt and generated tokens; the step itself runs neither the prefix-cache hits
+        # nor the last generated token of each request
+        c = row["counters"]
+        assert sum(steps["tokens"][i] for i in worked) == c["step_tokens"] - len(w.trace()) - c["prefix_cache_hits"]
+        assert sum(steps["gen"]) == sum(w.trace().output_len)  # every generated token, once
+        assert steps["t"] == sorted(steps["t"]) and 0 <= steps["t"][0] <= row["telemetry"]["duration_s"] + 1
+        assert max(steps["running"]) <= 16
+        assert {steps["mode"][i] for i in worked} == {0}  # the CPU build has no CUDA graphs: every step runs without
+
+
 def test_a_refused_config_is_a_result_with_vllms_message():
     tier = RealTier(timeout_s=300)
     t = tier.measure({"max_model_len": 4096}, "tiny-llama", "cpu", WORKLOADS[0])

@@ -1,0 +1,32 @@
+"""`StepTrace` on stand-ins for vLLM's per-step stats (no engine): columns, missing fields, slicing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from rsi_env.real.step_trace import COLUMNS, StepTrace
+
+
+def _sched(tokens: int, padded: int, mode: str, running: int) -> SimpleNamespace:
+    cg = SimpleNamespace(num_unpadded_tokens=tokens, num_padded_tokens=padded, runtime_mode=mode)
+    return SimpleNamespace(cudagraph_stats=cg, num_running_reqs=running, num_waiting_reqs=3, kv_cache_usage=0.25)
+
+
+def test_columns_modes_and_missing_fields():
+    tr = StepTrace()
+    tr.add(_sched(700, 700, "CUDAGraphMode.NONE", 256), SimpleNamespace(num_generation_tokens=250,
+                                                                         num_preempted_reqs=1))
+    tr.add(_sched(200, 208, "CUDAGraphMode.FULL", 200), None)
+    tr.add(SimpleNamespace(), SimpleNamespace())  # a vLLM without these fields: recorded as unknown
+    assert len(tr) == 3 and set(tr.cols) == set(COLUMNS)
+    assert tr.cols["mode"] == [0, 2, -1] and tr.cols["tokens"] == [700, 200, -1] and tr.cols["padded"][1] == 208
+    assert tr.cols["gen"] == [250, 0, 0] and tr.cols["preempted"] == [1, 0, 0] and tr.cols["running"][:2] == [256, 200]
+
+
+def test_since_slices_and_shifts_time():
+    tr = StepTrace()
+    for k in range(5):
+        tr.add(_sched(k, k, "PIECEWISE", k), None)
+    cut = tr.since(2, t_origin=tr.cols["t"][2])
+    assert cut["tokens"] == [2, 3, 4] and cut["mode"] == [1, 1, 1]
+    assert cut["t"][0] == 0.0 and cut["t"] == sorted(cut["t"])
