@@ -162,7 +162,6 @@ class BugFixEnv(RsiEnv):
             raise RsiEnvError(f"{base.id}: the task must list {missing} in editable_files")
         self.instance: Instance | None = None
         self._start_files: dict[str, str] = {}
-        self._in_reset = False
         self.clean_tels: list[Telemetry] = []
         super().__init__(base, **kwargs)
         self.tier = WorkspaceTier(self.tier.engine_version, self.engine_files,  # type: ignore[assignment]
@@ -184,11 +183,7 @@ class BugFixEnv(RsiEnv):
               ) -> tuple[dict[str, Any], dict[str, Any]]:
         self.instance = instance_for(self._seed_for(seed), self.sandbox_backend)
         self._start_files = self.instance.files()
-        self._in_reset = True
-        try:
-            obs, info = super().reset(seed=seed, options=options)
-        finally:
-            self._in_reset = False
+        super().reset(seed=seed, options=options)
         assert self.workspace is not None
         for rel, text in self._start_files.items():
             self.workspace.write(rel, text)
@@ -222,12 +217,8 @@ class BugFixEnv(RsiEnv):
         return "\nsymptoms:\n" + "\n".join(tier.last.symptoms)
 
     # ---- actions ----------------------------------------------------------------------------------
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = _files_hash(self.engine_files())
-        events = super()._do_edit(act)
-        if self.auto_bench and _files_hash(self.engine_files()) != before:
-            events += self._do_bench(explicit=False)
-        return events
+    def _code_state(self) -> str:
+        return _files_hash(self.engine_files())
 
     def _do_bench(self, explicit: bool) -> list[object]:
         events = super()._do_bench(explicit)

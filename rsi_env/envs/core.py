@@ -127,6 +127,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         elif sandbox != "auto":
             raise RsiEnvError(f"{self.task.id} runs shell commands under bubblewrap: sandbox= is for code tasks")
         self.episode_sandbox: EpisodeSandbox | None = None
+        self._in_reset = False  # True while reset() measures the baseline (a code task's starting code, then)
         if allow_fp8 is not None:
             self.task = replace(self.task, allow_fp8=bool(allow_fp8))
         if max_measurements is not None:
@@ -247,6 +248,13 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._in_reset = True
+        try:
+            return self._reset(seed)
+        finally:
+            self._in_reset = False
+
+    def _reset(self, seed: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
         self._new_episode(seed)
         assert self.workspace is not None
         for w in self.workloads:
@@ -390,7 +398,19 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise InvalidConfigError("tensor_parallel_size*pipeline_parallel_size*data_parallel_size", used,
                                      f"at most num_gpus={self.num_gpus}")
 
+    def _code_state(self) -> object:
+        """What a code task measures of the agent's code (its text, a hash); an edit that changes it auto-benches."""
+        return None
+
     def _do_edit(self, act: dict[str, Any]) -> list[object]:
+        before = self._code_state()
+        events = self._edit(act)
+        if self.auto_bench and self._code_state() != before:
+            events += self._do_bench(explicit=False)
+        return events
+
+    def _edit(self, act: dict[str, Any]) -> list[object]:
+        """Apply an edit; an edit of ``serving.yaml`` changes the configuration (and auto-benches, if on)."""
         assert self.workspace is not None
         try:
             rel = self.workspace.edit(act["path"], act["old"], act["new"])

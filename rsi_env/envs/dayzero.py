@@ -212,15 +212,8 @@ class DayZeroEnv(RsiEnv):
                 "checks": {c.name: c.ok for c in self.checks}}
 
     # ---- actions ----------------------------------------------------------------------------------
-    def _sources_hash(self) -> str:
+    def _code_state(self) -> str:
         return _sha(*self.sources().values())
-
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = self._sources_hash()
-        events = super()._do_edit(act)
-        if self.auto_bench and self._sources_hash() != before:
-            events += self._do_bench(explicit=False)
-        return events
 
     def _do_bench(self, explicit: bool) -> list[object]:
         if not self._take_measurement():
@@ -253,9 +246,9 @@ class DayZeroEnv(RsiEnv):
 
     def _do_submit(self) -> list[object]:
         events: list[object] = []
-        if self._measured_sources != self._sources_hash() or self.measured_config != self.config:
+        if self._measured_sources != self._code_state() or self.measured_config != self.config:
             events += self._do_bench(explicit=True)
-            if self._measured_sources != self._sources_hash():  # the budget was spent: check anyway, unpaid
+            if self._measured_sources != self._code_state():  # the budget was spent: check anyway, unpaid
                 src = self.sources()
                 self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend)
         guards = [GuardResult(f"hidden {c.name}", c.ok, c.reason) for c in self.checks]

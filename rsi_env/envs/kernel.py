@@ -171,12 +171,8 @@ class KernelEnv(RsiEnv):
         return self._obs(), self._info()
 
     # ---- actions ----------------------------------------------------------------------------------------
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = self._source()
-        events = super()._do_edit(act)
-        if self.auto_bench and self._source() != before:
-            events += self._do_bench(explicit=False)
-        return events
+    def _code_state(self) -> str | None:
+        return self._source()
 
     def _source(self) -> str | None:
         try:

