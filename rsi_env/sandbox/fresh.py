@@ -100,14 +100,16 @@ def run_harness(files: Mapping[str, str | bytes], command: str, report: str, err
 
 
 def run_agent_module(harness: Path, agent_file: str, source: str, inputs: str, errors: ReportErrors, *,
-                     backend: str = "auto", timeout_s: float = 60.0, max_output: int = 16384,
-                     limits: Limits | None = None, hidden: Sequence[Path | str] = ()) -> Any:
+                     input_file: str = "input.json", report: str = "report.json", backend: str = "auto",
+                     timeout_s: float = 60.0, max_output: int = 16384, limits: Limits | None = None,
+                     hidden: Sequence[Path | str] = ()) -> Any:
     """``harness``'s answer (see `rsi_env.sandbox.agent_runner`) with ``source`` as ``agent_file``, on ``inputs``.
 
-    ``inputs`` is JSON text. It runs in a fresh sandbox through `run_harness`, which raises as it says.
+    ``inputs`` (JSON text) is written as ``input_file``, the answer read from ``report``. It runs in a
+    fresh sandbox through `run_harness`, which raises as it says.
     """
     files = {agent_file: source, AGENT_RUNNER.name: AGENT_RUNNER.read_text(), harness.name: harness.read_text(),
-             "input.json": inputs}
-    return run_harness(files, f"{{python}} -I {AGENT_RUNNER.name} {harness.name} {agent_file} input.json report.json",
-                       "report.json", errors, backend=backend, timeout_s=timeout_s, max_output=max_output,
-                       limits=limits, hidden=hidden)
+             input_file: inputs}
+    return run_harness(files, f"{{python}} -I {AGENT_RUNNER.name} {harness.name} {agent_file} {input_file} {report}",
+                       report, errors, backend=backend, timeout_s=timeout_s, max_output=max_output, limits=limits,
+                       hidden=hidden)

@@ -43,8 +43,9 @@ def policy_keys(source: str, tables: dict[str, list[dict[str, Any]]], backend: s
     if use_cache and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    data = run_agent_module(HARNESS, "policy.py", source, blob, _ERRORS, backend=name, timeout_s=KEYS_TIMEOUT_S,
-                            max_output=4096, limits=_LIMITS, hidden=hidden_paths())
+    data = run_agent_module(HARNESS, "policy.py", source, blob, _ERRORS, input_file="requests.json",
+                            report="keys.json", backend=name, timeout_s=KEYS_TIMEOUT_S, max_output=4096,
+                            limits=_LIMITS, hidden=hidden_paths())
     if not isinstance(data, dict) or set(data) != set(tables):
         raise PolicyError("the keys file does not cover exactly the workloads asked for")
     out = {w: PolicyKeys.parse(data[w], len(reqs), f"workload {w}") for w, reqs in tables.items()}
