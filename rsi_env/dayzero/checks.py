@@ -134,8 +134,9 @@ def run_spec(source: str, configs: dict[str, dict[str, Any]], contexts: list[int
 
     def go() -> dict[str, dict[str, Any]]:
         data = run_agent_module(HERE / "run_spec.py", "spec.py", source,
-                                json.dumps({"configs": configs, "contexts": contexts}), _SPEC_ERRORS, backend=name,
-                                timeout_s=SPEC_TIMEOUT_S, max_output=4096, limits=_SPEC_LIMITS, hidden=hidden_paths())
+                                json.dumps({"configs": configs, "contexts": contexts}), _SPEC_ERRORS,
+                                input_file="configs.json", report="out.json", backend=name, timeout_s=SPEC_TIMEOUT_S,
+                                max_output=4096, limits=_SPEC_LIMITS, hidden=hidden_paths())
         if not isinstance(data, dict) or set(data) != set(configs):
             raise DayZeroError("spec.py's answers do not cover exactly the configs asked for")
         for cname, ans in data.items():
