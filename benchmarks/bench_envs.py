@@ -22,7 +22,11 @@ import rsi_env  # noqa: E402,F401
 from rsi_env.envs import list_tasks  # noqa: E402
 
 
-def rate(env_id: str, steps: int, cold: bool, seed: int = 0) -> float:
+def rate(env_id: str, steps: int, cold: bool, seed: int = 0, *, time_resets: bool = False) -> float:
+    """Steps per second of a seeded random flag agent; ``cold`` clears the measurement cache before each step.
+
+    ``time_resets`` counts the resets after an episode ends (where it is recorded in the store) in the time.
+    """
     env = gym.make(env_id).unwrapped
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
@@ -34,9 +38,12 @@ def rate(env_id: str, steps: int, cold: bool, seed: int = 0) -> float:
             env.tier._cache.clear()
         t0 = time.perf_counter()
         _, _, term, trunc, _ = env.step(a)
-        elapsed += time.perf_counter() - t0
+        if not time_resets:
+            elapsed += time.perf_counter() - t0
         if term or trunc or env.measurements >= env.task.max_measurements:
             env.reset(seed=seed)
+        if time_resets:
+            elapsed += time.perf_counter() - t0
     env.close()
     return steps / elapsed
 

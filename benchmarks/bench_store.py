@@ -18,31 +18,16 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import gymnasium as gym  # noqa: E402
+import bench_envs  # noqa: E402  (this folder: run as a script)
 import numpy as np  # noqa: E402
 
-import rsi_env  # noqa: E402,F401
 from rsi_env.store import ExperienceStore  # noqa: E402
 
 
 def rate(env_id: str, steps: int, cold: bool, store_url: str, seed: int = 0) -> float:
+    """`bench_envs.rate` with the store at ``store_url``, the resets (which record episodes) timed too."""
     os.environ["RSI_ENV_STORE"] = store_url
-    env = gym.make(env_id).unwrapped
-    env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    n = len(env.flag_names)
-    elapsed = 0.0
-    for _ in range(steps):
-        a = {"kind": 0, "flag": int(rng.integers(n)), "value": np.float32(rng.random())}
-        if cold:
-            env.tier._cache.clear()
-        t0 = time.perf_counter()
-        _, _, term, trunc, _ = env.step(a)
-        if term or trunc or env.measurements >= env.task.max_measurements:
-            env.reset(seed=seed)
-        elapsed += time.perf_counter() - t0
-    env.close()
-    return steps / elapsed
+    return bench_envs.rate(env_id, steps, cold, seed, time_resets=True)
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """RSI/DayZero-v0's hidden checks: the workspace's loader, cost model and block against hidden references.
 
-The agent's ``spec.py`` and ``block.py`` run only in fresh sandboxes (`rsi_env.sandbox.fresh.run_fresh`),
+The agent's ``spec.py`` and ``block.py`` run only in fresh sandboxes (`rsi_env.sandbox.fresh.run_harness`),
 through the harnesses `run_spec.py` and `run_block.py`; only their JSON output comes back and every
 value is validated here. The references live in ``catalog/code/dayzero/hidden`` (masked from every
 sandbox): ``reference_spec.py`` (standard library) is imported here; ``reference_block.py`` (torch) runs
@@ -34,7 +34,7 @@ from rsi_env.engine.model import ModelSpec
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
-from rsi_env.sandbox.fresh import run_fresh
+from rsi_env.sandbox.fresh import ReportErrors, run_agent_module, run_harness
 from rsi_env.sandbox.hidden import CODE_DIR, hidden_paths
 
 __all__ = ["FEATURES", "CheckResult", "DayZeroError", "Feature", "check_workspace", "load_feature", "model_spec",
@@ -54,6 +54,16 @@ _CACHE: OrderedDict[str, Any] = OrderedDict()
 
 class DayZeroError(RsiEnvError):
     """The workspace's loader or block could not be run, or gave something unusable (the message says why)."""
+
+
+_SPEC_ERRORS = ReportErrors(DayZeroError, timed_out=f"spec.py did not finish within {SPEC_TIMEOUT_S:.0f} s",
+                            missing="spec.py produced no answers",
+                            not_json="spec.py's answers are not JSON (did it write over them?)",
+                            raised="spec.py raised an error")
+_BLOCK_ERRORS = ReportErrors(DayZeroError, timed_out=f"block.py did not finish within {BLOCK_TIMEOUT_S:.0f} s",
+                             missing="block.py produced no outputs",
+                             not_json="block.py's outputs are not JSON (did it write over them?)",
+                             raised="block.py could not be run")
 
 
 @dataclass(frozen=True)
@@ -123,21 +133,10 @@ def run_spec(source: str, configs: dict[str, dict[str, Any]], contexts: list[int
     name = _backend(backend)
 
     def go() -> dict[str, dict[str, Any]]:
-        run = run_fresh({"spec.py": source, "run_spec.py": (HERE / "run_spec.py").read_text(),
-                         "configs.json": json.dumps({"configs": configs, "contexts": contexts})},
-                        "{python} -I run_spec.py configs.json out.json", backend=name, timeout_s=SPEC_TIMEOUT_S,
-                        max_output=4096, read=["out.json"], limits=_SPEC_LIMITS, hidden=hidden_paths())
-        res, raw = run.result, run.outputs.get("out.json")
-        if res.timed_out:
-            raise DayZeroError(f"spec.py did not finish within {SPEC_TIMEOUT_S:.0f} s")
-        if raw is None:
-            raise DayZeroError(f"spec.py produced no answers ({res.summary().strip()[:600]})")
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise DayZeroError("spec.py's answers are not JSON (did it write over them?)") from None
-        if isinstance(data, dict) and "error" in data:
-            raise DayZeroError(f"spec.py raised an error:\n{str(data['error'])[-1200:]}")
+        data = run_agent_module(HERE / "run_spec.py", "spec.py", source,
+                                json.dumps({"configs": configs, "contexts": contexts}), _SPEC_ERRORS,
+                                input_file="configs.json", report="out.json", backend=name, timeout_s=SPEC_TIMEOUT_S,
+                                max_output=4096, limits=_SPEC_LIMITS, hidden=hidden_paths())
         if not isinstance(data, dict) or set(data) != set(configs):
             raise DayZeroError("spec.py's answers do not cover exactly the configs asked for")
         for cname, ans in data.items():
@@ -204,21 +203,10 @@ def run_block(source: str, config: dict[str, Any], cases: list[dict[str, Any]], 
     name = _backend(backend)
 
     def go() -> tuple[dict[str, np.ndarray], dict[str, str]]:
-        run = run_fresh({"block.py": source, "run_block.py": (HERE / "run_block.py").read_text(),
-                         "cases.json": json.dumps({"config": config, "cases": cases})},
-                        "{python} -I run_block.py cases.json out.json", backend=name, timeout_s=BLOCK_TIMEOUT_S,
-                        max_output=4096, read=["out.json"], limits=_BLOCK_LIMITS, hidden=hidden_paths())
-        res, raw = run.result, run.outputs.get("out.json")
-        if res.timed_out:
-            raise DayZeroError(f"block.py did not finish within {BLOCK_TIMEOUT_S:.0f} s")
-        if raw is None:
-            raise DayZeroError(f"block.py produced no outputs ({res.summary().strip()[:600]})")
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise DayZeroError("block.py's outputs are not JSON (did it write over them?)") from None
-        if isinstance(data, dict) and "error" in data:
-            raise DayZeroError(f"block.py could not be run:\n{str(data['error'])[-1200:]}")
+        data = run_harness({"block.py": source, "run_block.py": (HERE / "run_block.py").read_text(),
+                            "cases.json": json.dumps({"config": config, "cases": cases})},
+                           "{python} -I run_block.py cases.json out.json", "out.json", _BLOCK_ERRORS, backend=name,
+                           timeout_s=BLOCK_TIMEOUT_S, max_output=4096, limits=_BLOCK_LIMITS, hidden=hidden_paths())
         if not isinstance(data, dict) or not isinstance(data.get("outputs"), dict) or not isinstance(
                 data.get("errors"), dict):
             raise DayZeroError("block.py's outputs file is malformed (did it write over it?)")

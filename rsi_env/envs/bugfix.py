@@ -27,8 +27,6 @@ from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward import SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
-from rsi_env.sandbox.base import ShellResult
-from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
 from rsi_env.sandbox.workspace import EditError
 from rsi_env.sim import simulate
 
@@ -154,20 +152,18 @@ class BugFixEnv(RsiEnv):
     """
 
     task_id = "RSI/BugFix-v0"
+    sandboxed = True
+    workload_dir = WORKLOAD_DIR
 
-    def __init__(self, task: Task | str | None = None, *, sandbox: str = "auto", **kwargs: Any) -> None:
+    def __init__(self, task: Task | str | None = None, **kwargs: Any) -> None:
         base = task if isinstance(task, Task) else load_task(task or self.task_id)
         missing = [f for f in ENGINE_FILES if f not in base.editable_files]
         if missing:
             raise RsiEnvError(f"{base.id}: the task must list {missing} in editable_files")
-        self.sandbox_backend = resolve_backend(sandbox)
         self.instance: Instance | None = None
         self._start_files: dict[str, str] = {}
-        self._in_reset = False
-        self.episode_sandbox: EpisodeSandbox | None = None
         self.clean_tels: list[Telemetry] = []
         super().__init__(base, **kwargs)
-        self.kwargs["sandbox"] = sandbox
         self.tier = WorkspaceTier(self.tier.engine_version, self.engine_files,  # type: ignore[assignment]
                                   self.sandbox_backend)
 
@@ -182,40 +178,20 @@ class BugFixEnv(RsiEnv):
                 out[f] = self.workspace.read(f)
         return out
 
-    def _task_workload(self, name: str) -> Workload:
-        local = WORKLOAD_DIR / f"{name}.yaml"
-        return super()._task_workload(str(local) if local.is_file() else name)
-
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._close_sandbox()
-        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
-        self.instance = instance_for(int(s), self.sandbox_backend)
+        self.instance = instance_for(self._seed_for(seed), self.sandbox_backend)
         self._start_files = self.instance.files()
-        self._in_reset = True
-        try:
-            obs, info = super().reset(seed=seed, options=options)
-        finally:
-            self._in_reset = False
+        super().reset(seed=seed, options=options)
         assert self.workspace is not None
         for rel, text in self._start_files.items():
             self.workspace.write(rel, text)
-        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
         self.clean_tels = self._clean_tels(self.baseline_config)
         self.base_tels = [b if b.ok else replace(c, out_tok_per_s=c.out_tok_per_s * CRASHED_BASE)
                           for b, c in zip(self.base_tels, self.clean_tels, strict=True)]
         self.text = _clean(self.text + self._symptoms())
         return self._obs(), self._info()
-
-    def close(self) -> None:
-        self._close_sandbox()
-        super().close()
-
-    def _close_sandbox(self) -> None:
-        if self.episode_sandbox is not None:
-            self.episode_sandbox.close()
-            self.episode_sandbox = None
 
     def _clean_tels(self, cfg: EngineConfig) -> list[Telemetry]:
         """The clean engine (the package's own modules, trusted) on the episode's workloads."""
@@ -224,8 +200,7 @@ class BugFixEnv(RsiEnv):
 
     def _info(self) -> dict[str, Any]:
         inst = self.instance
-        return {**super()._info(), "sandbox": self.sandbox_backend,
-                "difficulty": dict(inst.difficulty) if inst is not None else {}}
+        return {**super()._info(), "difficulty": dict(inst.difficulty) if inst is not None else {}}
 
     def _task_text(self) -> str:
         return super()._task_text() + (
@@ -242,17 +217,8 @@ class BugFixEnv(RsiEnv):
         return "\nsymptoms:\n" + "\n".join(tier.last.symptoms)
 
     # ---- actions ----------------------------------------------------------------------------------
-    def _run_shell(self, command: str) -> ShellResult:
-        """An agent's command, in the episode's sandbox (core's shell action calls this hook)."""
-        assert self.episode_sandbox is not None
-        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
-
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = _files_hash(self.engine_files())
-        events = super()._do_edit(act)
-        if self.auto_bench and _files_hash(self.engine_files()) != before:
-            events += self._do_bench(explicit=False)
-        return events
+    def _code_state(self) -> str:
+        return _files_hash(self.engine_files())
 
     def _do_bench(self, explicit: bool) -> list[object]:
         events = super()._do_bench(explicit)

@@ -11,6 +11,7 @@ import math
 import string
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -30,6 +31,7 @@ from rsi_env.errors import InvalidConfigError, RsiEnvError, WorkloadError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict
 from rsi_env.sandbox import EditError, ShellResult, Workspace, run_shell
+from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
 from rsi_env.store.cost import CostMeter
 from rsi_env.store.record import record_episode, recording
 
@@ -63,7 +65,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
-    max_measurements=None, shell_timeout_s=10.0, promote_on_submit=False, warm_start=False)``:
+    max_measurements=None, shell_timeout_s=10.0, promote_on_submit=False, warm_start=False)``, and
+    ``sandbox="auto"`` on code tasks:
     ``model``/``hardware`` default to the task's;
     ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
     on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
@@ -77,6 +80,9 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     still counts against vLLM's defaults; every proposal is in ``info["warm_start"]``); a dict starts
     from that configuration (``state()`` records the one used, so a replay starts where the episode did).
     Every measurement and episode is recorded in the experience store (``RSI_ENV_STORE``; ``off`` disables).
+    A code task (``sandboxed``) runs shell commands in a sandbox of its own per episode, of the backend
+    ``sandbox`` names (``"auto"``: the strongest this machine has; ``info["sandbox"]`` says which);
+    a flag task runs each under bubblewrap (`rsi_env.sandbox.run_shell`).
 
     ## Action Space
 
@@ -92,22 +98,36 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     ``log1p``, hit rate and KV usage raw), ``config`` (each flag's position on its ladder),
     ``budget`` (steps and measurements left, as fractions), ``action_mask`` (bench is masked once the
     measurement budget is spent), ``flag_mask`` (precision flags the task fixes are masked), and
-    ``text`` (the last command's output, error or verdict).
+    ``text`` (the last command's output, error or verdict). A task with no engine flags keeps one
+    ``flag``/``config``/``flag_mask`` slot, always 0, and masks flag actions.
     """
 
     metadata = {"render_modes": ["ansi"]}
     task_id: str = ""
     # Whether the real tier measures what the agent changes (False where the change runs on sim only).
     promotable: bool = True
+    # Code tasks: the agent's shell commands run in an `EpisodeSandbox` (backend from ``sandbox=``), opened at
+    # reset over the episode's workspace and closed with the episode. Flag tasks use stateless `run_shell`.
+    sandboxed: bool = False
+    # A folder of the task's own workloads (``<name>.yaml``), looked up before the catalog's frozen ones.
+    workload_dir: Path | None = None
+    # What the observation's ``telemetry`` holds (a task measuring something else declares its own fields).
+    telemetry_fields: tuple[str, ...] = OBS_FIELDS
 
     def __init__(self, task: Task | str | None = None, *, tier: str = "sim", model: str | None = None,
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
                  auto_bench: bool | None = None, seed: int | None = None, engine_version: str = "0.26",
                  num_gpus: int | None = None, allow_fp8: bool | None = None, max_measurements: int | None = None,
                  shell_timeout_s: float = 10.0, promote_on_submit: bool = False,
-                 warm_start: bool | dict[str, Any] = False,
+                 warm_start: bool | dict[str, Any] = False, sandbox: str = "auto",
                  render_mode: str | None = None) -> None:
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
+        if self.sandboxed:
+            self.sandbox_backend = resolve_backend(sandbox)
+        elif sandbox != "auto":
+            raise RsiEnvError(f"{self.task.id} runs shell commands under bubblewrap: sandbox= is for code tasks")
+        self.episode_sandbox: EpisodeSandbox | None = None
+        self._in_reset = False  # True while reset() measures the baseline (a code task's starting code, then)
         if allow_fp8 is not None:
             self.task = replace(self.task, allow_fp8=bool(allow_fp8))
         if max_measurements is not None:
@@ -120,6 +140,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                        "max_measurements": max_measurements,
                        "shell_timeout_s": shell_timeout_s, "promote_on_submit": promote_on_submit,
                        "warm_start": warm_start}
+        if self.sandboxed:
+            self.kwargs["sandbox"] = sandbox
         self.warm_start = warm_start
         self.tier_name = tier
         if promote_on_submit and tier != "sim":
@@ -139,7 +161,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.flag_names: tuple[str, ...] = t.flags
         self._base_workloads = [self._task_workload(n) for n in self.workload_names]
         self.rewards = default_rewards(t.cost_per_gpu_second)
-        n = len(self.flag_names)
+        n = max(len(self.flag_names), 1)  # a task with no engine flags keeps one slot, always masked
         self.action_space = spaces.Dict({
             "kind": spaces.Discrete(len(KIND_NAMES)),
             "flag": spaces.Discrete(n),
@@ -150,7 +172,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "command": spaces.Text(1024, charset=CHARSET),
         })
         self.observation_space = spaces.Dict({
-            "telemetry": spaces.Box(0.0, _OBS_HIGH, shape=(len(OBS_FIELDS),), dtype=np.float32),
+            "telemetry": spaces.Box(0.0, _OBS_HIGH, shape=(len(self.telemetry_fields),), dtype=np.float32),
             "config": spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32),
             "budget": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
             "action_mask": spaces.MultiBinary(len(KIND_NAMES)),
@@ -162,7 +184,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     # ---- setup ------------------------------------------------------------------------------------
     def _task_workload(self, name: str) -> Workload:
-        w = load_workload(name)
+        local = None if self.workload_dir is None else self.workload_dir / f"{name}.yaml"
+        w = load_workload(str(local) if local is not None and local.is_file() else name)
         if self.task.load:
             w = replace(w, arrival=Arrival.parse(self.task.load))
         if self.task.slo:
@@ -196,20 +219,44 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _seeded(self, seed: int) -> list[Workload]:
         return [replace(w, seed=w.seed + seed) for w in self._base_workloads]
 
-    # ---- Gymnasium API --------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _seed_for(self, seed: int | None) -> int:
+        """The episode's seed: ``reset``'s, else the env's ``seed`` argument, else 0."""
+        return int(seed if seed is not None else (self.default_seed if self.default_seed is not None else 0))
+
+    def _new_episode(self, seed: int | None) -> None:
+        """Record and close the last episode; a fresh state, seed, rewards, workspace (and sandbox, if sandboxed)."""
         super().reset(seed=seed)
-        if self.workspace is not None:
-            self.workspace.close()
-        self._record_episode()
+        self._close_episode()
         self._reset_state()
-        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
-        self.episode_seed = int(s)
+        self.episode_seed = self._seed_for(seed)
         self.workloads = self._seeded(self.episode_seed)
         for r in self.rewards:
             r.reset()
         self.workspace = Workspace(self.task.editable_files)
+        if self.sandboxed:  # started by its first command: an episode that runs none pays nothing
+            self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
+
+    def _close_episode(self) -> None:
+        self._record_episode()
+        if self.episode_sandbox is not None:
+            self.episode_sandbox.close()
+            self.episode_sandbox = None
+        if self.workspace is not None:
+            self.workspace.close()
+            self.workspace = None
+
+    # ---- Gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._in_reset = True
+        try:
+            return self._reset(seed)
+        finally:
+            self._in_reset = False
+
+    def _reset(self, seed: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._new_episode(seed)
+        assert self.workspace is not None
         for w in self.workloads:
             self.workspace.write(f"workloads/{w.name}.yaml", yaml.safe_dump(w.to_dict(), sort_keys=False))
         if self.warm_start is not False:
@@ -267,14 +314,14 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return None
 
     def close(self) -> None:
-        self._record_episode()
-        if self.workspace is not None:
-            self.workspace.close()
-            self.workspace = None
+        self._close_episode()
 
     # ---- actions ----------------------------------------------------------------------------------
     def _run_shell(self, command: str) -> ShellResult:
-        """Run an agent's command in the episode's sandbox (subclasses may hold a sandbox of their own)."""
+        """Run an agent's command: in the episode's sandbox (code tasks), else under bubblewrap in the workspace."""
+        if self.sandboxed:
+            assert self.episode_sandbox is not None
+            return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
         assert self.workspace is not None
         return run_shell(command, self.workspace.root, timeout_s=self.shell_timeout_s)
 
@@ -312,6 +359,9 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return {"kind": FLAG, "flag": self.flag_names.index(name), "value": np.float32(pos)}
 
     def _do_flag(self, act: dict[str, Any]) -> list[object]:
+        if not self.flag_names:
+            raise RsiEnvError(f"{self.task.id} has no engine flags: edit {', '.join(self.task.editable_files)} "
+                              "(kind 1) instead")
         if act["kind"] != FLAG or not 0 <= act["flag"] < len(self.flag_names):
             raise RsiEnvError(f"flag index {act['flag']} out of range 0..{len(self.flag_names) - 1}")
         if not math.isfinite(act["value"]):
@@ -348,7 +398,19 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise InvalidConfigError("tensor_parallel_size*pipeline_parallel_size*data_parallel_size", used,
                                      f"at most num_gpus={self.num_gpus}")
 
+    def _code_state(self) -> object:
+        """What a code task measures of the agent's code (its text, a hash); an edit that changes it auto-benches."""
+        return None
+
     def _do_edit(self, act: dict[str, Any]) -> list[object]:
+        before = self._code_state()
+        events = self._edit(act)
+        if self.auto_bench and self._code_state() != before:
+            events += self._do_bench(explicit=False)
+        return events
+
+    def _edit(self, act: dict[str, Any]) -> list[object]:
+        """Apply an edit; an edit of ``serving.yaml`` changes the configuration (and auto-benches, if on)."""
         assert self.workspace is not None
         try:
             rel = self.workspace.edit(act["path"], act["old"], act["new"])
@@ -372,11 +434,17 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self.text = _clean(f"serving.yaml refused ({exc}); restored the configuration in force")
             return []
 
-    def _do_bench(self, explicit: bool) -> list[object]:
+    def _take_measurement(self) -> bool:
+        """Count a measurement against the budget; False (and the text says so) once the budget is spent."""
         if self.measurements >= self.task.max_measurements:
             self.text = _clean(self.text + f"\nno measurement: the budget of {self.task.max_measurements} is spent")
-            return []
+            return False
         self.measurements += 1
+        return True
+
+    def _do_bench(self, explicit: bool) -> list[object]:
+        if not self._take_measurement():
+            return []
         tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
         self.cost.add(self.tier_name, tels, self.config, self.hardware)
         self.last_tels = tels
@@ -440,6 +508,27 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
 
     def _obs(self) -> dict[str, Any]:
+        n = max(len(self.flag_names), 1)
+        cfg = np.zeros(n, dtype=np.float32)
+        for k, f in enumerate(self.flag_names):
+            ladder = [tuple(v) if isinstance(v, list) else v for v in self.task.ladder(f)]
+            cur = getattr(self.config, f)
+            cfg[k] = ladder.index(cur) / max(len(ladder) - 1, 1) if cur in ladder else 0.0
+        budget = np.array([1.0 - self.steps / self.max_steps,
+                           1.0 - self.measurements / self.task.max_measurements], dtype=np.float32)
+        mask = np.ones(len(KIND_NAMES), dtype=np.int8)
+        mask[FLAG] = int(bool(self.flag_names))
+        mask[BENCH] = int(self.measurements < self.task.max_measurements)
+        flag_mask = np.zeros(n, dtype=np.int8)
+        fixed = self.fixed_flags()
+        for k, f in enumerate(self.flag_names):
+            flag_mask[k] = f not in fixed
+        return {"telemetry": np.clip(self._telemetry_obs(), 0.0, _OBS_HIGH), "config": np.clip(cfg, 0.0, 1.0),
+                "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask, "flag_mask": flag_mask,
+                "text": _clean(self.text)}
+
+    def _telemetry_obs(self) -> np.ndarray:
+        """The observation's ``telemetry``, one value per `telemetry_fields` entry (here `OBS_FIELDS`)."""
         tel = np.zeros(len(OBS_FIELDS), dtype=np.float32)
         if self.last_tels and all(t.ok for t in self.last_tels):
             for k, f in enumerate(OBS_FIELDS):
@@ -454,27 +543,21 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                         vals.append(v)
                 x = float(np.mean(vals))
                 tel[k] = math.exp(x) if f in _RATIO else x
-        cfg = np.zeros(len(self.flag_names), dtype=np.float32)
-        for k, f in enumerate(self.flag_names):
-            ladder = [tuple(v) if isinstance(v, list) else v for v in self.task.ladder(f)]
-            cur = getattr(self.config, f)
-            cfg[k] = ladder.index(cur) / max(len(ladder) - 1, 1) if cur in ladder else 0.0
-        budget = np.array([1.0 - self.steps / self.max_steps,
-                           1.0 - self.measurements / self.task.max_measurements], dtype=np.float32)
-        mask = np.ones(len(KIND_NAMES), dtype=np.int8)
-        mask[BENCH] = int(self.measurements < self.task.max_measurements)
-        return {"telemetry": np.clip(tel, 0.0, _OBS_HIGH), "config": np.clip(cfg, 0.0, 1.0),
-                "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask,
-                "flag_mask": np.array([f not in self.fixed_flags() for f in self.flag_names], dtype=np.int8),
-                "text": _clean(self.text)}
+        return tel
 
     def _info(self) -> dict[str, Any]:
-        return {"task": self.task.id, "config": self.config.to_dict(only_set=True), "score": self.last_score,
+        info: dict[str, Any] = {"task": self.task.id, "config": self.config.to_dict(only_set=True), "score": self.last_score,
                 "best_score": self.best_score, "measurements": self.measurements, "steps": self.steps,
-                "telemetry": [t.to_dict() for t in self.last_tels],
-                "verdict": None if self.verdict is None else {
-                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}},
+                "telemetry": [t.to_dict() for t in self.last_tels], "verdict": self._verdict_info(),
                 "promotion": self.promotion}
+        if self.sandboxed:
+            info["sandbox"] = self.sandbox_backend
+        return info
+
+    def _verdict_info(self) -> dict[str, Any] | None:
+        """The submission's verdict as ``info`` shows it: passed, and each guard's result (None before submit)."""
+        v = self.verdict
+        return None if v is None else {"passed": v.passed, "guards": {g.name: g.ok for g in v.guards}}
 
     def _tel_text(self, tels: list[Telemetry]) -> str:
         parts = []

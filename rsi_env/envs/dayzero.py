@@ -32,8 +32,6 @@ from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward import MeasureEvent, SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
-from rsi_env.sandbox.base import ShellResult
-from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.workspace import EditError
 
@@ -124,9 +122,10 @@ class DayZeroEnv(RsiEnv):
     """
 
     task_id = "RSI/DayZero-v0"
+    sandboxed = True
 
-    def __init__(self, task: Task | str | None = None, *, feature: str | None = None, sandbox: str = "auto",
-                 tier: str = "sim", **kwargs: Any) -> None:
+    def __init__(self, task: Task | str | None = None, *, feature: str | None = None, tier: str = "sim",
+                 **kwargs: Any) -> None:
         if kwargs.get("model") is not None:
             raise RsiEnvError("RSI/DayZero-v0 has no model argument: the model is the feature's config.json "
                               f"(pick it with feature=, one of {list(FEATURES)})")
@@ -140,19 +139,17 @@ class DayZeroEnv(RsiEnv):
         missing = [f for f in SOURCES if f not in base.editable_files]
         if missing:
             raise RsiEnvError(f"{base.id}: the task must list {missing} in editable_files")
-        self.sandbox_backend = resolve_backend(sandbox)
         self.real = tier == "real"
         self.fixed_feature = feature
         self.feature: Feature = load_feature(feature or (REAL_FEATURES[0] if self.real else FEATURES[0]))
         self.templates = {f: (TEMPLATE_DIR / f).read_text() for f in (*SOURCES, VLLM_FILE)}
-        self.episode_sandbox: EpisodeSandbox | None = None
         self.base_fraction = 0.0
         self.checks: list[CheckResult] = []
         self._measured_sources: str | None = None
         super().__init__(base, tier="sim", **kwargs)
         self.model = self._template_spec()
         self.tier_name = tier
-        self.kwargs.update({"tier": tier, "feature": feature, "sandbox": sandbox})
+        self.kwargs.update({"tier": tier, "feature": feature})
 
     # ---- the workspace's model ---------------------------------------------------------------------
     def _configs(self) -> dict[str, dict[str, Any]]:
@@ -185,10 +182,8 @@ class DayZeroEnv(RsiEnv):
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._close_sandbox()
-        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
         if self.fixed_feature is None and not self.real:
-            self.feature = load_feature(FEATURES[int(s) % len(FEATURES)])
+            self.feature = load_feature(FEATURES[self._seed_for(seed) % len(FEATURES)])
         self.model = self._template_spec()
         obs, info = super().reset(seed=seed, options=options)
         assert self.workspace is not None
@@ -207,45 +202,22 @@ class DayZeroEnv(RsiEnv):
         base = check_workspace(self.templates["spec.py"], self.templates["block.py"], self.feature,
                                self.sandbox_backend)
         self.base_fraction = sum(r.ok for r in base) / num_checks(self.feature)
-        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
         self.text = _clean(f"{self.text}\nfeature: {self.feature.name} ({self.feature.config['architectures'][0]}); "
                            f"the Llama templates pass {sum(r.ok for r in base)}/{num_checks(self.feature)} "
                            "hidden checks. Read TASK.md and MODEL.md.")
         return self._obs(), self._info()
 
-    def close(self) -> None:
-        self._close_sandbox()
-        super().close()
-
-    def _close_sandbox(self) -> None:
-        if self.episode_sandbox is not None:
-            self.episode_sandbox.close()
-            self.episode_sandbox = None
-
     def _info(self) -> dict[str, Any]:
-        return {**super()._info(), "sandbox": self.sandbox_backend, "feature": self.feature.name,
+        return {**super()._info(), "feature": self.feature.name,
                 "checks": {c.name: c.ok for c in self.checks}}
 
     # ---- actions ----------------------------------------------------------------------------------
-    def _run_shell(self, command: str) -> ShellResult:
-        assert self.episode_sandbox is not None
-        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
-
-    def _sources_hash(self) -> str:
+    def _code_state(self) -> str:
         return _sha(*self.sources().values())
 
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = self._sources_hash()
-        events = super()._do_edit(act)
-        if self.auto_bench and self._sources_hash() != before:
-            events += self._do_bench(explicit=False)
-        return events
-
     def _do_bench(self, explicit: bool) -> list[object]:
-        if self.measurements >= self.task.max_measurements:
-            self.text = _clean(self.text + f"\nno measurement: the budget of {self.task.max_measurements} is spent")
+        if not self._take_measurement():
             return []
-        self.measurements += 1
         src = self.sources()
         try:
             spec = self._loaded_spec(src["spec.py"])
@@ -274,9 +246,9 @@ class DayZeroEnv(RsiEnv):
 
     def _do_submit(self) -> list[object]:
         events: list[object] = []
-        if self._measured_sources != self._sources_hash() or self.measured_config != self.config:
+        if self._measured_sources != self._code_state() or self.measured_config != self.config:
             events += self._do_bench(explicit=True)
-            if self._measured_sources != self._sources_hash():  # the budget was spent: check anyway, unpaid
+            if self._measured_sources != self._code_state():  # the budget was spent: check anyway, unpaid
                 src = self.sources()
                 self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend)
         guards = [GuardResult(f"hidden {c.name}", c.ok, c.reason) for c in self.checks]

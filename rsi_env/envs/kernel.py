@@ -6,18 +6,15 @@ import math
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from rsi_env.engine.model import load_model
-from rsi_env.envs.core import BENCH, CHARSET, FLAG, KIND_NAMES, TEXT_MAX, RsiEnv, _clean
+from rsi_env.envs.core import RsiEnv, _clean
 from rsi_env.envs.kernel_tier import KERNEL_DIR, KernelResult, measure_kernel
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
-from rsi_env.reward import MeasureEvent, SubmitEvent, default_rewards
+from rsi_env.reward import MeasureEvent, SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
-from rsi_env.sandbox.base import ShellResult
-from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
-from rsi_env.sandbox.workspace import EditError, Workspace
+from rsi_env.sandbox.workspace import EditError
 
 __all__ = ["KernelEnv", "OPS", "KERNEL_FIELDS"]
 
@@ -28,8 +25,6 @@ KERNEL_FIELDS = ("speedup_vs_reference", "speedup_vs_start", "correct", "kernel_
 CHECK_SEEDS = 3          # input sets checked per measurement (each a fresh shape and dtype)
 TIMED_SHAPES = 2         # of which the first are timed
 _SUBMIT_SEED_OFFSET = 1_000_003   # submit checks seeds the agent's benches never used
-_TEXT_FIELD_MAX = 8192
-_OBS_HIGH = 1e3
 
 
 def model_sizes(name: str) -> dict[str, int]:
@@ -112,61 +107,36 @@ class KernelEnv(RsiEnv):
     """
 
     task_id = "RSI/Kernel-v0"
+    promotable = False  # no engine configuration to promote
+    sandboxed = True
+    telemetry_fields = KERNEL_FIELDS
 
-    # RsiEnv.__init__ builds the engine-flag spaces, which need one flag at least, and loads workloads and
-    # an engine tier; a kernel episode has none of them, so this sets up what RsiEnv's step() uses itself.
     def __init__(self, task: Task | str | None = None, *, op: str = "rms_norm_residual", tier: str = "sim",
                  model: str | None = None, max_steps: int | None = None, auto_bench: bool | None = None,
                  seed: int | None = None, max_measurements: int | None = None, min_speedup: float | None = None,
                  sandbox: str = "auto", shell_timeout_s: float = 10.0, render_mode: str | None = None) -> None:
-        self.task = task if isinstance(task, Task) else load_task(task or self.task_id)
-        if KERNEL_FILE not in self.task.editable_files:
-            raise RsiEnvError(f"{self.task.id}: the task must list {KERNEL_FILE} in editable_files")
+        base = task if isinstance(task, Task) else load_task(task or self.task_id)
+        if KERNEL_FILE not in base.editable_files:
+            raise RsiEnvError(f"{base.id}: the task must list {KERNEL_FILE} in editable_files")
         if op not in OPS:
             raise RsiEnvError(f"unknown op {op!r}; known: {', '.join(OPS)}")
         if tier not in ("sim", "real"):
             raise RsiEnvError(f"unknown tier {tier!r}: use 'sim' (CPU timing) or 'real' (CUDA)")
+        if tier == "real":
+            _require_cuda()
+        super().__init__(base, tier=tier, model=model, max_steps=max_steps, auto_bench=bool(auto_bench), seed=seed,
+                         max_measurements=max_measurements or None, shell_timeout_s=shell_timeout_s, sandbox=sandbox,
+                         render_mode=render_mode)
+        # The arguments a replay passes back (RsiEnv's engine arguments are not this env's).
         self.kwargs = {"op": op, "tier": tier, "model": model, "max_steps": max_steps, "auto_bench": auto_bench,
                        "seed": seed, "max_measurements": max_measurements, "min_speedup": min_speedup,
                        "sandbox": sandbox, "shell_timeout_s": shell_timeout_s}
-        self.op, self.tier_name = op, tier
+        self.op = op
         self.device = "cuda" if tier == "real" else "cpu"
-        if self.device == "cuda":
-            _require_cuda()
         self.model_name = model or self.task.default_model
         self.sizes = model_sizes(self.model_name)
-        self.max_steps = int(max_steps or self.task.max_steps)
-        self.max_measurements = int(max_measurements or self.task.max_measurements)
         self.min_speedup = float(min_speedup if min_speedup is not None else 1.0 + self.task.improvement_threshold)
-        self.auto_bench = bool(auto_bench)
-        self.default_seed = seed
-        self.shell_timeout_s = float(shell_timeout_s)
-        self.render_mode = render_mode
-        self.sandbox_backend = resolve_backend(sandbox)
-        self.flag_names: tuple[str, ...] = ()
         self.template = (KERNEL_DIR / "templates" / f"{op}.py").read_text()
-        self.rewards = default_rewards(self.task.cost_per_gpu_second)
-        self.action_space = spaces.Dict({
-            "kind": spaces.Discrete(len(KIND_NAMES)), "flag": spaces.Discrete(1),
-            "value": spaces.Box(0.0, 1.0, shape=(), dtype=np.float32),
-            "path": spaces.Text(256, charset=CHARSET),
-            "old": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
-            "new": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
-            "command": spaces.Text(1024, charset=CHARSET)})
-        self.observation_space = spaces.Dict({
-            "telemetry": spaces.Box(0.0, _OBS_HIGH, shape=(len(KERNEL_FIELDS),), dtype=np.float32),
-            "config": spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32),
-            "budget": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
-            "action_mask": spaces.MultiBinary(len(KIND_NAMES)),
-            "flag_mask": spaces.MultiBinary(1),
-            "text": spaces.Text(TEXT_MAX, min_length=0, charset=CHARSET)})
-        self.workspace = None
-        self.episode_sandbox: EpisodeSandbox | None = None
-        # RsiEnv's per-env settings its shared methods (state, recording, submit) read; a kernel has no engine
-        # configuration to warm-start or promote.
-        self.warm_start = False
-        self.promoter = None
-        self._reset_state()
         self.start: KernelResult | None = None
         self.last: KernelResult | None = None
 
@@ -191,42 +161,18 @@ class KernelEnv(RsiEnv):
     # ---- Gymnasium API --------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        super(RsiEnv, self).reset(seed=seed)  # gym.Env's: RsiEnv.reset measures workloads, which this task has none of
-        self.close()
-        self._reset_state()
-        s = seed if seed is not None else (self.default_seed if self.default_seed is not None else 0)
-        self.episode_seed = int(s)
-        for r in self.rewards:
-            r.reset()
-        self.workspace = Workspace(self.task.editable_files)
+        self._new_episode(seed)  # not RsiEnv.reset: there are no workloads or engine flags to measure or write
+        assert self.workspace is not None
         self.workspace.write(KERNEL_FILE, self.template)
         self.workspace.write("TASK.md", self._task_text())
-        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
         self.start = self.last = None  # measured with the first bench: a reset costs no measurement
         self.text = _clean(f"{self.task.id} ({self.op}, tier {self.tier_name}): {self.task.summary}\n"
                            f"{KERNEL_FILE} holds the starting kernel; its docstring states the contract.")
         return self._obs(), self._info()
 
-    def close(self) -> None:
-        if self.episode_sandbox is not None:
-            self.episode_sandbox.close()
-            self.episode_sandbox = None
-        super().close()
-
     # ---- actions ----------------------------------------------------------------------------------------
-    def _run_shell(self, command: str) -> ShellResult:
-        assert self.episode_sandbox is not None
-        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
-
-    def _do_flag(self, act: dict[str, Any]) -> list[object]:
-        raise RsiEnvError(f"{self.task.id} has no engine flags: edit {KERNEL_FILE} (kind 1) instead")
-
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = self._source()
-        events = super()._do_edit(act)
-        if self.auto_bench and self._source() != before:
-            events += self._do_bench(explicit=False)
-        return events
+    def _code_state(self) -> str | None:
+        return self._source()
 
     def _source(self) -> str | None:
         try:
@@ -235,10 +181,8 @@ class KernelEnv(RsiEnv):
             return None
 
     def _do_bench(self, explicit: bool) -> list[object]:
-        if self.measurements >= self.max_measurements:
-            self.text = _clean(self.text + f"\nno measurement: the budget of {self.max_measurements} is spent")
+        if not self._take_measurement():
             return []
-        self.measurements += 1
         if self.start is None:
             self.start = self.measure(self.template)
         result = self._measure_workspace(submit=False)
@@ -274,7 +218,7 @@ class KernelEnv(RsiEnv):
         return [MeasureEvent(-math.inf, result.device_seconds), SubmitEvent(self.verdict)]
 
     # ---- observation ------------------------------------------------------------------------------------
-    def _obs(self) -> dict[str, Any]:
+    def _telemetry_obs(self) -> np.ndarray:
         tel = np.zeros(len(KERNEL_FIELDS), dtype=np.float32)
         r = self.last
         if r is not None and r.ok and r.speedup is not None:
@@ -284,22 +228,14 @@ class KernelEnv(RsiEnv):
             tel[2] = 1.0
             tel[3] = float(np.mean([t["candidate_s"] for t in r.timings])) * 1e3
             tel[4] = float(np.mean([t["reference_s"] for t in r.timings])) * 1e3
-        budget = np.array([1.0 - self.steps / self.max_steps, 1.0 - self.measurements / self.max_measurements],
-                          dtype=np.float32)
-        mask = np.ones(len(KIND_NAMES), dtype=np.int8)
-        mask[FLAG] = 0
-        mask[BENCH] = int(self.measurements < self.max_measurements)
-        return {"telemetry": np.clip(tel, 0.0, _OBS_HIGH), "config": np.zeros(1, dtype=np.float32),
-                "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask, "flag_mask": np.zeros(1, dtype=np.int8),
-                "text": _clean(self.text)}
+        return tel
 
     def _info(self) -> dict[str, Any]:
         r = self.last
         return {"task": self.task.id, "op": self.op, "score": self.last_score, "best_score": self.best_score,
                 "measurements": self.measurements, "steps": self.steps, "sandbox": self.sandbox_backend,
                 "correct": None if r is None else r.correct, "speedup": None if r is None else r.speedup,
-                "verdict": None if self.verdict is None else {
-                    "passed": self.verdict.passed, "guards": {g.name: g.ok for g in self.verdict.guards}}}
+                "verdict": self._verdict_info()}
 
     def _task_text(self) -> str:
         return (f"# {self.task.id}: {self.op}\n\n{self.task.summary}\n\nEdit {KERNEL_FILE}; its docstring states "

