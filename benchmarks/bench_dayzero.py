@@ -4,7 +4,9 @@ For each feature, uncached: the workspace loader in a fresh sandbox (``spec.py``
 the block harness on the template, on a solution, and on the hidden reference (``block.py``, torch: six
 cases each), and a whole episode (reset, two edits with auto-bench, submit) once those are cached.
 Run: ``python benchmarks/bench_dayzero.py [--backend bubblewrap]`` from a source checkout (the solutions
-live in the tests).
+live in the tests). ``--real`` instead times the real tier per feature, under ``flock /tmp/rsi-vllm.lock``:
+the hidden reference's checkpoint and tokens, then one vLLM run (engine start included) of the reference
+``vllm_model.py`` and one of the template, with the greedy tokens matched and the template's reason.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import rsi_env  # noqa: F401
 from rsi_env.dayzero import checks
 from rsi_env.dayzero.checks import FEATURES, HIDDEN, block_cases, checks_spec, load_feature, run_block, run_spec
 from rsi_env.envs.dayzero import TEMPLATE_DIR
-from tests.code_tasks.dayzero_solutions import BLOCK, SPEC
+from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_SOLUTIONS
 
 
 def timed(fn: object, *args: object) -> float:
@@ -27,10 +29,34 @@ def timed(fn: object, *args: object) -> float:
     return time.perf_counter() - t
 
 
+def real(backend: str) -> None:
+    from rsi_env.dayzero.vllm_check import check_in_vllm, reference_tokens
+
+    print(f"backend {backend}; seconds (vLLM runs include the engine start)")
+    print(f"{'feature':16} {'reference':>9} {'solution':>9} {'tokens matched':>15} {'template':>9}  template's reason")
+    for name in FEATURES:
+        f = load_feature(name)
+        t = time.perf_counter()
+        _, want, _ = reference_tokens(f, backend)
+        ref_s, t = time.perf_counter() - t, time.perf_counter()
+        solved = check_in_vllm(VLLM_SOLUTIONS[name], f, backend)
+        sol_s, t = time.perf_counter() - t, time.perf_counter()
+        plain = check_in_vllm((TEMPLATE_DIR / "vllm_model.py").read_text(), f, backend)
+        plain_s = time.perf_counter() - t
+        got = solved.tokens or []
+        matched = sum(a == b for g, w in zip(got, want, strict=False) for a, b in zip(g, w, strict=False))
+        print(f"{name:16} {ref_s:9.1f} {sol_s:9.1f} {f'{matched}/{sum(map(len, want))}':>15} {plain_s:9.1f}  "
+              f"{'passed (!)' if plain.ok else plain.reason[:110]}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="bubblewrap")
+    p.add_argument("--real", action="store_true", help="time the real tier (vLLM) instead")
     a = p.parse_args()
+    if a.real:
+        real(a.backend)
+        return
     print(f"backend {a.backend}; seconds")
     print(f"{'feature':16} {'loader':>7} {'template block':>15} {'solution block':>15} {'reference block':>16} "
           f"{'episode (cached)':>17}")

