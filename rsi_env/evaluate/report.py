@@ -132,7 +132,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
         cells = [r["name"] + (" (probe)" if r["probe"] else ""), "`" + json.dumps(r["flags"], separators=(",", ":")) + "`"]
         for w in ws:
             o = r["objective"][w]
-            cells.append(f"{_f(o['sim'], '{:.0f}')} / {_f(o['real'], '{:.0f}')} ({_f(o['error_pct'], '{:+.0f}')}%)")
+            cells.append(f"{_f(o['sim'], '{:.4g}')} / {_f(o['real'], '{:.4g}')} ({_f(o['error_pct'], '{:+.0f}')}%)")
         cells.append(f"{_f(_pct(r['sim_score']), '{:+.1f}')} / {_f(_pct(r['real_score']), '{:+.1f}')}")
         g = r["outputs"]
         cells.append("—" if g is None else ("ok" if g["ok"] else "FAIL") + f" ({g['reason'].split(' sampled')[0]})")
@@ -144,7 +144,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
     lines += ["", f"Fidelity of the {fi['promoted']} promoted ({fi['measured_on_real']} measured on real, failed: "
               f"{fi['failed_on_real'] or 'none'}): MAPE {_f(fi['mape_pct'])} % (SLO-adjusted objective; "
               f"{_f(fi['mape_metric_pct'])} % on {rep['metric']} itself), Spearman rho {rho}.",
-              f"Real improvement over vLLM's defaults: best promoted {im['best_on_real']} {best} %; "
+              f"Real improvement over vLLM's defaults: best promoted {im['best_on_real'] or '(none measured)'} {best} %; "
               f"sim's pick {im['sim_pick']} {_f(im['sim_pick_real_pct'], '{:+.1f}')} % on real "
               f"({_f(im['sim_pick_sim_pct'], '{:+.1f}')} % on sim).",
               f"Real GPU-seconds: {_f(co['real_gpu_s'])} for {co['real_measurements']} measurements "

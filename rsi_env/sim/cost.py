@@ -128,6 +128,12 @@ class StepCost:
             return 0.0
         return self.cal.uncaptured_layer_s * self._layers
 
+    def graph_mode(self, num_tokens: int, uniform_decode: bool) -> int:
+        """How vLLM runs a step: 0 without a CUDA graph, 1 piecewise graphs, 2 one full graph (its stats' codes)."""
+        if self.cfg.enforce_eager or num_tokens > self._max_graph:
+            return 0
+        return 2 if uniform_decode else 1
+
     def cpu_time(self, num_running: int, num_new: int = 0) -> float:
         return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running + self.cal.cpu_per_new_req_s * num_new
 

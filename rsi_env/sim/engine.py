@@ -27,7 +27,9 @@ from rsi_env.engine.workload import Trace
 from rsi_env.sim.cost import StepCost
 from rsi_env.sim.kv_cache import BlockPool
 
-__all__ = ["EngineSim", "SimResult"]
+__all__ = ["STEP_COLUMNS", "EngineSim", "SimResult"]
+
+STEP_COLUMNS = ("t", "tokens", "running", "gen", "mode")
 
 _EMPTY = np.zeros(0, np.int64)
 
@@ -50,6 +52,9 @@ class SimResult:
     busy_time: float
     running_time_integral: float
     tokens_scheduled: int
+    # Per step, as the real tier's step trace (`rsi_env.real.step_trace`): end time, tokens scheduled, running
+    # requests after scheduling, tokens generated, CUDA-graph mode (0 none, 1 piecewise, 2 full).
+    steps: dict[str, np.ndarray] | None = None
 
 
 class EngineSim:
@@ -170,6 +175,13 @@ class EngineSim:
         kv_peak = 0
         busy = run_int = 0.0
         usable = max(pool.num_blocks, 1)
+        rec: dict[str, list[np.ndarray]] = {k: [] for k in STEP_COLUMNS}
+
+        def record(t: np.ndarray, tokens: int, running_n: int, gen: int, uniform_decode: bool) -> None:
+            rec["t"].append(t)
+            for key, v in (("tokens", tokens), ("running", running_n), ("gen", gen),
+                           ("mode", cost.graph_mode(tokens, uniform_decode))):
+                rec[key].append(np.full(t.size, v, np.int64))
 
         def enqueue(i: int) -> None:
             if fcfs:
@@ -242,6 +254,7 @@ class EngineSim:
                                     k = k_arr
                             span = float(cum[k - 1])
                             last_dt = float(times[k - 1])
+                            record(now + cum[:k], nrun, nrun, nrun, True)
                             # A request whose last prompt token is computed in the span's first step
                             # samples its first token then.
                             fresh = run_arr[np.isnan(self.first[run_arr])]
@@ -464,6 +477,7 @@ class EngineSim:
                     if closed and issued < n:
                         self.arrival[order[issued]] = now
                         issued += 1
+            record(np.array([now]), ntok, len(running), int(sampled.size), uniform)
             if self.check:
                 pool.check()
 
@@ -473,6 +487,7 @@ class EngineSim:
             num_preemptions=preemptions, prefix_queries=queries,
             prefix_hits=hits, kv_usage_peak=kv_peak / usable, busy_time=busy, running_time_integral=run_int,
             tokens_scheduled=tokens_total,
+            steps={k: np.concatenate(v) if v else np.zeros(0) for k, v in rec.items()},
         )
 
     # ---- the priority policy's two keys (overridable: a scheduling policy is a choice of them) ---------

@@ -87,6 +87,12 @@ def test_engine_invariants(w: Workload, flags: dict) -> None:
         assert r.prefix_hits == 0
     # Tokens are conserved: every prompt and output token (minus the last) is computed at least once.
     assert r.tokens_scheduled >= int((r.prompt_len + r.output_len - 1).sum()) - int(r.prefix_hits)
+    # The step trace (the real tier's columns) accounts for every step, scheduled token and generated token.
+    st_ = r.steps
+    assert st_ is not None and all(v.size == r.num_steps for v in st_.values())
+    assert int(st_["tokens"].sum()) == r.tokens_scheduled and int(st_["gen"].sum()) == int(r.output_len.sum())
+    assert np.all(np.diff(st_["t"]) > 0) and st_["t"][-1] == r.finish.max()
+    assert np.all(st_["running"] <= flags["max_num_seqs"]) and set(np.unique(st_["mode"])) <= {0, 1, 2}
 
 
 @settings(max_examples=25, deadline=None)
