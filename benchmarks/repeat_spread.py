@@ -2,7 +2,7 @@
 
 vLLM's defaults on Llama-3.1-8B were measured on one H200 host (``data/measurements/h200-vllm0.26/llama8b.jsonl``,
 first lease) and again, with the same workload files and seeds, on a two-H200 host a session later
-(``data/measurements/h200x2-vllm0.26/default_repeat_summary.jsonl``: the driver's per-workload summary lines; the
+(``data/noise/h200x2_defaults_repeat_summary.jsonl``: the driver's per-workload summary lines; the
 full rows of that run did not come back from the GPU machine). This prints, per workload, the second run's
 difference from the first for throughput, TTFT p50 and TPOT p50 — the error a perfect simulator would still
 show against one real measurement.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = ROOT / "data" / "measurements" / "h200-vllm0.26" / "llama8b.jsonl"
-SECOND = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "default_repeat_summary.jsonl"
+SECOND = ROOT / "data" / "noise" / "h200x2_defaults_repeat_summary.jsonl"
 METRICS = ("out_tok_per_s", "ttft_p50", "tpot_p50")
 
 
