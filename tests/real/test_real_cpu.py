@@ -64,10 +64,9 @@ def test_the_step_trace_accounts_for_every_step_and_token(measured):
         worked = [i for i in range(n) if steps["tokens"][i] > 0]
         # vLLM's own step counter counts the steps that scheduled tokens; the trace has each of them
         assert len(worked) == row["counters"]["num_steps"]
-        # vLLM counts a step's prompt and generated tokens; the step itself runs neither the prefix-cache hits
-        # nor the last generated token of each request
-        c = row["counters"]
-        assert sum(steps["tokens"][i] for i in worked) == c["step_tokens"] - len(w.trace()) - c["prefix_cache_hits"]
+        # vLLM counts each step's computed prompt tokens (prefix-cache hits excluded) and generated tokens; a step
+        # never runs a request's last generated token
+        assert sum(steps["tokens"][i] for i in worked) == row["counters"]["step_tokens"] - len(w.trace())
         assert sum(steps["gen"]) == sum(w.trace().output_len)  # every generated token, once
         assert steps["t"] == sorted(steps["t"]) and 0 <= steps["t"][0] <= row["telemetry"]["duration_s"] + 1
         assert max(steps["running"]) <= 16
