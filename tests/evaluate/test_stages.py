@@ -62,6 +62,7 @@ def test_promote_runs_on_two_gpus_in_parallel_and_appends(searched):
     assert next(r for r in rows if r["name"] == "tp2")["gpus"] == ["0", "1"]
     assert all(r["error"] is None and r["gpu_s"] >= r["wall_s"] > 0 for r in rows)
     assert all(set(r["output_token_ids"]) == {w["name"] for w in doc["workloads"]} for r in rows)
+    assert all(set(r["steps"]) == {w["name"] for w in doc["workloads"]} for r in rows)  # each workload's step trace
     # a second run measures nothing new: what is there is kept
     FakeRealTier.reset()
     assert len(run_promote(plan, gpus=["0", "1"])) == 6 and FakeRealTier.calls == []
