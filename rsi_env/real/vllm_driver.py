@@ -7,7 +7,8 @@ writes the model's ``config.json`` to a temporary folder, starts vLLM's ``AsyncL
 checkpoint instead), sends each workload's exact token ids on its arrival schedule, streams the
 outputs to time TTFT/TPOT/latency per request, and reads vLLM's own Prometheus counters
 (preemptions, prefix-cache queries and hits, KV-cache usage, tokens per step). One JSON line per
-workload goes to ``--out``, with every request's arrival, first-token and finish times (``requests``).
+workload goes to ``--out``, with every request's arrival, first-token and finish times (``requests``)
+and the engine's per-step trace (``steps``: `rsi_env.real.step_trace`).
 
 ``--policy-keys FILE`` runs a scheduling policy (``RSI/Scheduler-v0``): vLLM's ``priority`` policy
 with `rsi_env.real.policy_scheduler.PolicyScheduler` as ``scheduler_cls``, which orders and preempts
