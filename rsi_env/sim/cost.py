@@ -108,12 +108,13 @@ class StepCost:
         """Device time every step adds to its kernels: fixed, per request and per token, and launch costs."""
         cal = self.cal
         t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens
-        if num_tokens > self._max_graph:
+        mode = self.graph_mode(num_tokens, uniform_decode)
+        if mode == 0:
             if self.cfg.enforce_eager:  # unfused kernels, each launched from Python
                 t += cal.eager_layer_s * self._layers
             if self._tp > 1:  # two all-reduces a layer, each launched from Python
                 t += 2.0 * cal.eager_allreduce_s * self._layers
-        elif not uniform_decode:
+        elif mode == 1:
             t += cal.piecewise_layer_s * self._layers
         return t
 
@@ -129,8 +130,11 @@ class StepCost:
         return self.cal.uncaptured_layer_s * self._layers
 
     def graph_mode(self, num_tokens: int, uniform_decode: bool) -> int:
-        """How vLLM runs a step: 0 without a CUDA graph, 1 piecewise graphs, 2 one full graph (its stats' codes)."""
-        if self.cfg.enforce_eager or num_tokens > self._max_graph:
+        """How vLLM runs a step: 0 without a CUDA graph, 1 piecewise graphs, 2 one full graph (its stats' codes).
+
+        Past the largest captured size no graph fits (an eager configuration captures none).
+        """
+        if num_tokens > self._max_graph:
             return 0
         return 2 if uniform_decode else 1
 

@@ -175,13 +175,15 @@ class EngineSim:
         kv_peak = 0
         busy = run_int = 0.0
         usable = max(pool.num_blocks, 1)
-        rec: dict[str, list[np.ndarray]] = {k: [] for k in STEP_COLUMNS}
+        # The step trace, column by column (plain lists: a numpy array per step would cost more than the step).
+        rec: dict[str, list[float]] = {k: [] for k in STEP_COLUMNS}
 
-        def record(t: np.ndarray, tokens: int, running_n: int, gen: int, uniform_decode: bool) -> None:
-            rec["t"].append(t)
+        def record(t: list[float], tokens: int, running_n: int, gen: int, uniform_decode: bool) -> None:
+            k = len(t)
+            rec["t"].extend(t)
             for key, v in (("tokens", tokens), ("running", running_n), ("gen", gen),
                            ("mode", cost.graph_mode(tokens, uniform_decode))):
-                rec[key].append(np.full(t.size, v, np.int64))
+                rec[key].extend([v] * k)
 
         def enqueue(i: int) -> None:
             if fcfs:
@@ -254,7 +256,7 @@ class EngineSim:
                                     k = k_arr
                             span = float(cum[k - 1])
                             last_dt = float(times[k - 1])
-                            record(now + cum[:k], nrun, nrun, nrun, True)
+                            record((now + cum[:k]).tolist(), nrun, nrun, nrun, True)
                             # A request whose last prompt token is computed in the span's first step
                             # samples its first token then.
                             fresh = run_arr[np.isnan(self.first[run_arr])]
@@ -477,7 +479,7 @@ class EngineSim:
                     if closed and issued < n:
                         self.arrival[order[issued]] = now
                         issued += 1
-            record(np.array([now]), ntok, len(running), int(sampled.size), uniform)
+            record([now], ntok, len(running), int(sampled.size), uniform)
             if self.check:
                 pool.check()
 
@@ -487,7 +489,7 @@ class EngineSim:
             num_preemptions=preemptions, prefix_queries=queries,
             prefix_hits=hits, kv_usage_peak=kv_peak / usable, busy_time=busy, running_time_integral=run_int,
             tokens_scheduled=tokens_total,
-            steps={k: np.concatenate(v) if v else np.zeros(0) for k, v in rec.items()},
+            steps={k: np.asarray(v, np.float64 if k == "t" else np.int64) for k, v in rec.items()},
         )
 
     # ---- the priority policy's two keys (overridable: a scheduling policy is a choice of them) ---------
