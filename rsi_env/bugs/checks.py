@@ -42,9 +42,8 @@ from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
-from rsi_env.sandbox.hidden import CODE_DIR, hidden_paths
+from rsi_env.sandbox.hidden import CODE_DIR, CheckResult, hidden_paths
 from rsi_env.sim.kv_cache import BlockPool
-from rsi_env.sim.policy_checks import CheckResult
 
 __all__ = ["CHECK_NAMES", "CHECKS_FILE", "BenchResult", "CheckResult", "WorkspaceRun", "bench", "check_workspace",
            "hidden_job", "pool_ops", "reference", "run_workspace"]

@@ -35,7 +35,7 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import ReportErrors, run_agent_module, run_harness
-from rsi_env.sandbox.hidden import CODE_DIR, hidden_paths
+from rsi_env.sandbox.hidden import CODE_DIR, CheckResult, hidden_paths
 
 __all__ = ["FEATURES", "CheckResult", "DayZeroError", "Feature", "check_workspace", "load_feature", "model_spec",
            "run_block", "run_spec"]
@@ -64,13 +64,6 @@ _BLOCK_ERRORS = ReportErrors(DayZeroError, timed_out=f"block.py did not finish w
                              missing="block.py produced no outputs",
                              not_json="block.py's outputs are not JSON (did it write over them?)",
                              raised="block.py could not be run")
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    ok: bool
-    reason: str = ""
 
 
 @dataclass(frozen=True)

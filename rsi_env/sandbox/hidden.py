@@ -7,13 +7,23 @@ Docker sandbox masks them inside the read-only package it binds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import rsi_env
 
-__all__ = ["CODE_DIR", "hidden_paths"]
+__all__ = ["CODE_DIR", "CheckResult", "hidden_paths"]
 
 CODE_DIR = Path(rsi_env.__file__).resolve().parent / "catalog" / "code"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One hidden check of a code task: its name, whether it held, and why not (the env shows it as a guard)."""
+
+    name: str
+    ok: bool
+    reason: str = ""
 
 
 def hidden_paths() -> list[Path]:

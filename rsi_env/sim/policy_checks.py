@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.workload import Workload
-from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
 from rsi_env.sim.policy_hook import PolicyError, PolicyKeys, request_table, simulate_policy
 from rsi_env.sim.sandboxed_policy import policy_keys
 
@@ -33,13 +32,6 @@ __all__ = ["CheckResult", "check_policy"]
 
 CHECKS = CODE_DIR / "scheduler" / "hidden" / "checks.yaml"
 _VERDICTS: OrderedDict[str, tuple[CheckResult, ...]] = OrderedDict()
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    ok: bool
-    reason: str = ""
 
 
 def _fcfs_keys(arrival: np.ndarray) -> PolicyKeys:
