@@ -81,16 +81,21 @@ def _writer(path: str, n_batches: int, who: int) -> None:
         st.add_measurements([_row(f"{who}-{b}", k) for k in range(3)])
 
 
-def test_concurrent_writers_lose_nothing(tmp_path):
-    path = str(tmp_path / "c.sqlite")
-    _ = ExperienceStore(path).conn  # created (and migrated) once; the writers race on the rows
+def _run_writers(path: str, n_writers: int, n_batches: int) -> None:
+    """``n_writers`` processes (spawned: no inherited connection) each add ``n_batches`` batches; all exit cleanly."""
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(path, 40, w)) for w in range(4)]
+    procs = [ctx.Process(target=_writer, args=(path, n_batches, w)) for w in range(n_writers)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    _ = ExperienceStore(path).conn  # created (and migrated) once; the writers race on the rows
+    _run_writers(path, n_writers=4, n_batches=40)
     st = ExperienceStore(path)
     rows = st.measurements()
     assert len(rows) == 4 * 40 * 3
@@ -103,13 +108,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 
 def test_concurrent_first_opens_migrate_once(tmp_path):
     path = str(tmp_path / "race.sqlite")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(path, 2, w)) for w in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    _run_writers(path, n_writers=3, n_batches=2)
     st = ExperienceStore(path)
     assert [r[0] for r in st.conn.execute("SELECT version FROM schema_version ORDER BY version")] == \
         list(range(1, SCHEMA_VERSION + 1))
