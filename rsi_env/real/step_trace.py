@@ -19,11 +19,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["COLUMNS", "MODES", "StepTrace", "stat_logger_factory"]
+from rsi_env.sim.cost import GRAPH_MODES
+
+__all__ = ["COLUMNS", "StepTrace", "stat_logger_factory"]
 
 COLUMNS = ("t", "tokens", "padded", "mode", "gen", "running", "waiting", "kv", "preempted")
-# CUDA-graph runtime modes, as vLLM prints them (CUDAGraphMode.NONE / PIECEWISE / FULL).
-MODES = {"NONE": 0, "PIECEWISE": 1, "FULL": 2}
 
 
 class StepTrace:
@@ -43,7 +43,7 @@ class StepTrace:
             "t": round(time.perf_counter() - self.t0, 6),
             "tokens": getattr(cg, "num_unpadded_tokens", -1) if cg is not None else -1,
             "padded": getattr(cg, "num_padded_tokens", -1) if cg is not None else -1,
-            "mode": MODES.get(mode, -1),
+            "mode": GRAPH_MODES.get(mode, -1),
             "gen": getattr(iteration_stats, "num_generation_tokens", 0) if iteration_stats is not None else 0,
             "running": getattr(scheduler_stats, "num_running_reqs", -1) if scheduler_stats is not None else -1,
             "waiting": getattr(scheduler_stats, "num_waiting_reqs", -1) if scheduler_stats is not None else -1,
@@ -59,10 +59,6 @@ class StepTrace:
         out = {c: v[start:] for c, v in self.cols.items()}
         out["t"] = [round(t - t_origin, 6) for t in out["t"]]
         return out
-
-    def now(self) -> float:
-        """Seconds since the trace began, on the clock of ``t``."""
-        return time.perf_counter() - self.t0
 
 
 def stat_logger_factory(trace: StepTrace) -> Any:

@@ -22,7 +22,11 @@ from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.sim.calibration import MM_REF_PARAMS, Calibration
 
-__all__ = ["StepCost"]
+__all__ = ["GRAPH_MODES", "StepCost"]
+
+# How a step runs, by vLLM's CUDAGraphMode names, as codes in the step traces of both tiers.
+GRAPH_MODES = {"NONE": 0, "PIECEWISE": 1, "FULL": 2}
+_NO_GRAPH, _PIECEWISE, _FULL = GRAPH_MODES["NONE"], GRAPH_MODES["PIECEWISE"], GRAPH_MODES["FULL"]
 
 def _roof(flops: float, flop_rate: float, nbytes: float, byte_rate: float, sharpness: float) -> float:
     """Soft maximum of compute and memory time: real kernels overlap the two imperfectly."""
@@ -109,12 +113,12 @@ class StepCost:
         cal = self.cal
         t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens
         mode = self.graph_mode(num_tokens, uniform_decode)
-        if mode == 0:
+        if mode == _NO_GRAPH:
             if self.cfg.enforce_eager:  # unfused kernels, each launched from Python
                 t += cal.eager_layer_s * self._layers
             if self._tp > 1:  # two all-reduces a layer, each launched from Python
                 t += 2.0 * cal.eager_allreduce_s * self._layers
-        elif mode == 1:
+        elif mode == _PIECEWISE:
             t += cal.piecewise_layer_s * self._layers
         return t
 
@@ -130,13 +134,13 @@ class StepCost:
         return self.cal.uncaptured_layer_s * self._layers
 
     def graph_mode(self, num_tokens: int, uniform_decode: bool) -> int:
-        """How vLLM runs a step: 0 without a CUDA graph, 1 piecewise graphs, 2 one full graph (its stats' codes).
+        """How vLLM runs a step (a `GRAPH_MODES` code): without a CUDA graph, piecewise graphs or one full graph.
 
         Past the largest captured size no graph fits (an eager configuration captures none).
         """
         if num_tokens > self._max_graph:
-            return 0
-        return 2 if uniform_decode else 1
+            return _NO_GRAPH
+        return _FULL if uniform_decode else _PIECEWISE
 
     def cpu_time(self, num_running: int, num_new: int = 0) -> float:
         return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running + self.cal.cpu_per_new_req_s * num_new
