@@ -60,6 +60,7 @@ class Calibration:
     non_torch_bytes: float = 1.5e9     # CUDA context, cuBLAS/NCCL workspaces
     act_token_coef: float = 1.0        # x (2*intermediate + 4*hidden) * 2 bytes per batched token
     act_logit_coef: float = 2.0        # x vocab * 4 bytes per sampled request in the profile run
+    act_moe_coef: float = 1.0          # x the fused-MoE kernel's intermediate caches per batched token (MoE only)
     cudagraph_bytes: float = 0.0       # memory CUDA graphs take off the KV cache
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
 

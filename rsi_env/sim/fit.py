@@ -38,6 +38,7 @@ TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_e
           "cpu_per_new_req_s", "frontend_s")
 # Fitted only where the measurements hold tensor-parallel runs; otherwise they would drift unconstrained.
 COMM = ("comm_eff", "allreduce_s", "eager_allreduce_s")
+MEMORY = ("non_torch_bytes", "act_token_coef", "act_logit_coef")
 NOISY = frozenset({"many_small"})
 _BOUNDS = {
     "mm_eff": (0.2, 1.0), "mm_half_tokens": (1.0, 2048.0), "roofline_sharpness": (1.2, 12.0), "bw_eff": (0.3, 1.0),
@@ -157,7 +158,10 @@ def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[
 
 
 def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Calibration:
-    """Least squares of the memory terms on the KV bytes vLLM found (num_gpu_blocks x block bytes)."""
+    """Least squares of the memory terms on the KV bytes vLLM found (num_gpu_blocks x block bytes).
+
+    The MoE term is fitted only where the measurements hold a MoE model (otherwise it stays as it is).
+    """
     from scipy.optimize import least_squares
 
     seen: dict[str, Sample] = {}
@@ -167,9 +171,11 @@ def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Ca
     pts = list(seen.values())
     if not pts:
         return cal
+    names = MEMORY + (("act_moe_coef",) if any(load_model(s.model).is_moe for s in pts) else ())
+    scale = {"non_torch_bytes": 1e9}
 
     def resid(x: np.ndarray) -> np.ndarray:
-        c = replace(cal, non_torch_bytes=x[0] * 1e9, act_token_coef=x[1], act_logit_coef=x[2])
+        c = cal.with_coefficients({n: float(v) * scale.get(n, 1.0) for n, v in zip(names, x, strict=True)})
         out = []
         for s in pts:
             m = load_model(s.model)
@@ -178,10 +184,9 @@ def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Ca
             out.append((plan.kv_cache_bytes - s.num_gpu_blocks * plan.block_bytes) / 1e9)
         return np.asarray(out)
 
-    x0 = np.array([cal.non_torch_bytes / 1e9, cal.act_token_coef, cal.act_logit_coef])
-    r = least_squares(resid, x0, bounds=([0.0, 0.0, 0.0], [20.0, 20.0, 20.0]))
-    return replace(cal, non_torch_bytes=float(r.x[0] * 1e9), act_token_coef=float(r.x[1]),
-                   act_logit_coef=float(r.x[2]))
+    x0 = np.array([getattr(cal, n) / scale.get(n, 1.0) for n in names])
+    r = least_squares(resid, x0, bounds=([0.0] * len(names), [20.0] * len(names)))
+    return cal.with_coefficients({n: float(v) * scale.get(n, 1.0) for n, v in zip(names, r.x, strict=True)})
 
 
 def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: int = 60) -> Calibration:

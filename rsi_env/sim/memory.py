@@ -51,6 +51,10 @@ def plan_memory(model: ModelSpec, hw: HardwareSpec, cfg: ResolvedConfig, cal: Ca
     num_reqs = min(cfg.max_num_batched_tokens, cfg.max_num_seqs)
     act = cal.act_token_coef * cfg.max_num_batched_tokens * per_token + (
         cal.act_logit_coef * num_reqs * model.vocab_size * 4.0 / tp)
+    if model.is_moe:  # fused_moe's caches: (tokens, top-k, max(2I, H)) for the up/down outputs, (tokens, top-k, I)
+        moe = model.num_experts_per_tok * (max(2 * model.moe_intermediate_size, model.hidden_size)
+                                           + model.moe_intermediate_size) * model.dtype_bytes
+        act += cal.act_moe_coef * cfg.max_num_batched_tokens * moe / tp
     other = cal.non_torch_bytes + (0.0 if cfg.enforce_eager else cal.cudagraph_bytes)
     available = requested - weights - act - other
     block_bytes = cfg.block_size * kv_bytes_per_token_per_gpu(model, cfg)
