@@ -49,6 +49,7 @@ class StepCost:
         wb = cfg.weight_dtype_bytes(m)
         peak = hw.fp8_flops if (cfg.quantization and hw.fp8_flops > 0) else hw.bf16_flops
         self._mm_rate = peak * cal.mm_eff
+        self._quant_s = cal.quant_layer_s * m.num_layers if cfg.quantization else 0.0
         self._bw_rate = hw.mem_bw * cal.bw_eff
         self._attn_rate = hw.bf16_flops * cal.attn_eff
         self._kv_rate = hw.mem_bw * cal.kv_bw_eff
@@ -111,7 +112,7 @@ class StepCost:
     def _overhead(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
         """Device time every step adds to its kernels: fixed, per request and per token, and launch costs."""
         cal = self.cal
-        t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens
+        t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens + self._quant_s
         mode = self.graph_mode(num_tokens, uniform_decode)
         if mode == _NO_GRAPH:
             if self.cfg.enforce_eager:  # unfused kernels, each launched from Python

@@ -38,6 +38,8 @@ TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_e
           "cpu_per_new_req_s", "frontend_s")
 # Fitted only where the measurements hold tensor-parallel runs; otherwise they would drift unconstrained.
 COMM = ("comm_eff", "allreduce_s", "eager_allreduce_s")
+# Fitted only where the measurements hold fp8-weight runs.
+FP8 = ("quant_layer_s",)
 MEMORY = ("non_torch_bytes", "act_token_coef", "act_logit_coef")
 NOISY = frozenset({"many_small"})
 _BOUNDS = {
@@ -48,6 +50,7 @@ _BOUNDS = {
     "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 5e-2),
     "cpu_per_new_req_s": (1e-7, 5e-3), "mm_half_exp": (0.01, 3.0),
     "comm_eff": (0.2, 1.0), "allreduce_s": (1e-7, 2e-4), "eager_allreduce_s": (1e-7, 2e-3),
+    "quant_layer_s": (1e-8, 2e-4),
 }
 
 
@@ -195,7 +198,8 @@ def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: i
 
     cal = _fit_memory(samples, start, hw)
     has_tp = any(int(s.flags.get("tensor_parallel_size", 1)) > 1 for s in samples)
-    names = TIMING + (COMM if has_tp else ())
+    has_fp8 = any(s.flags.get("quantization") for s in samples)
+    names = TIMING + (COMM if has_tp else ()) + (FP8 if has_fp8 else ())
     lo = np.log([_BOUNDS[n][0] for n in names])
     hi = np.log([_BOUNDS[n][1] for n in names])
     x0 = np.clip(np.log([max(getattr(cal, n), _BOUNDS[n][0]) for n in names]), lo + 1e-6, hi - 1e-6)

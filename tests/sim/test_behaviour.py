@@ -96,3 +96,25 @@ def test_sim_tier_seam():
     tier = SimTier()
     t = tier.measure({"max_num_seqs": 128}, "llama-3.2-1b", "l4", "many_small")
     assert t.ok and t.tier == "sim" and t.calibration is not None
+
+
+def test_fp8_weights_pay_for_quantizing_activations_every_step():
+    """vLLM's online fp8 quantizes the activations before each linear layer: a fixed cost per layer and step that
+    bf16 weights do not pay, fitted from the fp8-weight measurements (small decode batches show it most)."""
+    from dataclasses import replace
+
+    from rsi_env.engine import EngineConfig, load_hardware, load_model
+    from rsi_env.sim.calibration import load_calibration
+    from rsi_env.sim.cost import StepCost
+
+    m, hw, cal = load_model("llama-3.1-8b"), load_hardware("h200"), load_calibration("h200", "0.26")
+    assert cal.quant_layer_s > 0
+
+    def decode_step(flags: dict, c) -> float:
+        cost = StepCost(m, hw, EngineConfig(**flags).resolve(m, hw, "0.26"), c)
+        return cost.step_time(8, 8, 8, 8 * 1000.0, 0.0, 0.0, True)
+
+    free = replace(cal, quant_layer_s=0.0)
+    fp8 = {"quantization": "fp8"}
+    assert decode_step(fp8, cal) - decode_step(fp8, free) == pytest.approx(cal.quant_layer_s * m.num_layers, rel=1e-6)
+    assert decode_step({}, cal) == decode_step({}, free)
