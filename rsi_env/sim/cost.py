@@ -5,7 +5,8 @@ compute rate and its bytes at the calibrated bandwidth: the decoder's linear lay
 once per step, FLOPs on the CUDA-graph-padded token count; MoE reads only the experts the batch
 activates), the LM head on the sampled rows, prefill attention (FLOPs of each chunk against its
 context), decode attention (KV bytes read), tensor-parallel all-reduces, and per-step, per-request
-and per-layer launch overheads (eager or piecewise CUDA graphs). A compiled model's step larger than
+and per-layer launch overheads (eager or piecewise CUDA graphs; with fp8 weights, quantizing the
+activations before each linear layer). A compiled model's step larger than
 the largest CUDA graph is launched from the CPU piece by piece, which overlaps the kernels: the step
 costs the slower of the two. The engine core's CPU time runs beside the device with async scheduling
 and after it without.

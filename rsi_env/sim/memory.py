@@ -2,8 +2,9 @@
 
 ``available = total * gpu_memory_utilization - weights - peak activations - non-torch memory
 - CUDA-graph memory``; ``num_gpu_blocks = available // (block_size * KV bytes per token per GPU)``.
-The activation and non-torch terms are calibrated per chip from the ``num_gpu_blocks`` that real
-runs report. The refusals are vLLM's own (``kv_cache_utils.check_enough_kv_cache_memory``).
+The activation terms (the token budget's activations, the sampler's logits, and for a MoE model the
+fused-MoE kernel's caches) and the non-torch term are calibrated per chip from the ``num_gpu_blocks`` that
+real runs report. The refusals are vLLM's own (``kv_cache_utils.check_enough_kv_cache_memory``).
 """
 
 from __future__ import annotations
