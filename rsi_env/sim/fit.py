@@ -40,6 +40,7 @@ TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_e
 COMM = ("comm_eff", "allreduce_s", "eager_allreduce_s")
 # Fitted only where the measurements hold fp8-weight runs.
 FP8 = ("quant_layer_s",)
+# The memory terms, fitted on the KV blocks vLLM reports (act_moe_coef too where a MoE model was measured).
 MEMORY = ("non_torch_bytes", "act_token_coef", "act_logit_coef")
 NOISY = frozenset({"many_small"})
 _BOUNDS = {

@@ -101,8 +101,6 @@ def test_sim_tier_seam():
 def test_fp8_weights_pay_for_quantizing_activations_every_step():
     """vLLM's online fp8 quantizes the activations before each linear layer: a fixed cost per layer and step that
     bf16 weights do not pay, fitted from the fp8-weight measurements (small decode batches show it most)."""
-    from dataclasses import replace
-
     from rsi_env.engine import EngineConfig, load_hardware, load_model
     from rsi_env.sim.calibration import load_calibration
     from rsi_env.sim.cost import StepCost
@@ -114,7 +112,7 @@ def test_fp8_weights_pay_for_quantizing_activations_every_step():
         cost = StepCost(m, hw, EngineConfig(**flags).resolve(m, hw, "0.26"), c)
         return cost.step_time(8, 8, 8, 8 * 1000.0, 0.0, 0.0, True)
 
-    free = replace(cal, quant_layer_s=0.0)
+    free = cal.with_coefficients({"quant_layer_s": 0.0})
     fp8 = {"quantization": "fp8"}
     assert decode_step(fp8, cal) - decode_step(fp8, free) == pytest.approx(cal.quant_layer_s * m.num_layers, rel=1e-6)
     assert decode_step({}, cal) == decode_step({}, free)

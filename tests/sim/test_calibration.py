@@ -92,7 +92,7 @@ def test_moe_models_pay_for_the_fused_moe_caches_of_the_profile_run():
         m = load_model(model)
         return plan_memory(m, hw, EngineConfig(max_num_batched_tokens=tokens).resolve(m, hw, "0.26"), cal).activation_bytes
 
-    no_moe = Calibration(**{**cal.to_dict(), "act_moe_coef": 0.0})
+    no_moe = cal.with_coefficients({"act_moe_coef": 0.0})
     for tokens in (4096, 16384):
         extra = act("qwen3-30b-a3b", cal, tokens) - act("qwen3-30b-a3b", no_moe, tokens)
         assert extra == pytest.approx(cal.act_moe_coef * tokens * 8 * (2048 + 768) * 2, rel=1e-9)
