@@ -1,15 +1,19 @@
-"""The simulator against real measurements no calibration has seen, in two sets.
+"""The simulator against real measurements no calibration has seen, in five sets.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
-  16 measurements.
+  16 measurements. ``quantization`` and ``prefix_cache``: the same for `RSI/Quantization-v0` (vLLM's defaults,
+  fp8 KV cache, fp8 weights, both: 8) and `RSI/PrefixCache-v0` (light load: 6, and their repeat: 6).
 - ``heldout``: `data/measurements/h200x2-vllm0.26/heldout_lease4.jsonl`, 6 configurations measured for this
   purpose and never given to `rsi-env calibrate` (Llama-3.1-8B, Qwen2.5-7B, Mistral-7B, Qwen3-30B-A3B; flags
   the searches vary) on the calibration workloads: 42 measurements.
+- ``heldout5``: `data/measurements/h200x2-vllm0.26/heldout_lease5.jsonl`, the fifth lease's: Llama-3.1-8B at
+  192 sequences / 10,240 tokens and with fp8 weights at 256 sequences, Mistral-7B at 256 / 4,096, Qwen3-30B-A3B
+  at 128 / 6,144 (twice) and at 256 (again, after the fourth lease's run): 42 measurements.
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
-calibrate` reports for its held-out split.
+calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload.
 
 ``python benchmarks/unseen_fidelity.py [CALIBRATION.yaml ...]``
 """
@@ -29,18 +33,20 @@ from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.fit import Sample, evaluate, load_samples
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL = ROOT / "data" / "eval" / "batching_h200"
-CANDIDATES = ROOT / "configs" / "eval" / "batching_h200.candidates.json"
+EVALS = {"batching": ["real.jsonl"], "quantization": ["real.jsonl"], "prefix_cache": ["real.jsonl", "real_repeat.jsonl"]}
 HELDOUT = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease4.jsonl"
+HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease5.jsonl"
 
 
-def unseen_samples() -> list[Sample]:
-    doc = json.loads(CANDIDATES.read_text())
+def unseen_samples(task: str = "batching") -> list[Sample]:
+    """A two-tier evaluation's real rows (`rsi_env.evaluate`), one sample per configuration and workload."""
+    doc = json.loads((ROOT / "configs" / "eval" / f"{task}_h200.candidates.json").read_text())
     workloads = [Workload.from_dict(w) for w in doc["workloads"]]
     out = []
-    for line in (EVAL / "real.jsonl").read_text().splitlines():
+    lines = [x for f in EVALS[task] for x in (ROOT / "data" / "eval" / f"{task}_h200" / f).read_text().splitlines()]
+    for line in lines:
         row = json.loads(line)
-        if row.get("error"):
+        if row.get("error") or not row.get("telemetry"):
             continue
         for w, tel in zip(workloads, row["telemetry"], strict=True):
             real = Telemetry.from_dict(tel)
@@ -52,7 +58,8 @@ def unseen_samples() -> list[Sample]:
 
 def main(argv: list[str]) -> int:
     hw = load_hardware("h200")
-    sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT])}
+    sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
+            "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
@@ -61,6 +68,12 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"set": name, "calibration": cal.id, "n": e["n"], "failed_in_sim": e["n_failed_in_sim"],
                               **{k: round(v, 4) for k, v in e.items() if k.endswith("_mape") and v is not None},
                               "spearman": e["spearman"]}))
+            by: dict[str, list[float]] = {}
+            for row in e["per_sample"]:
+                if row["sim_error"] is None:
+                    by.setdefault(row["workload"], []).append(abs(row["sim_ttft_p50"] / row["real_ttft_p50"] - 1))
+            print(json.dumps({"set": name, "calibration": cal.id, "ttft_p50_mape_by_workload": {
+                w: round(sum(v) / len(v), 4) for w, v in sorted(by.items())}}))
     return 0
 
 

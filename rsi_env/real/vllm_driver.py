@@ -4,7 +4,8 @@ Run as its own process (``python -m rsi_env.real.vllm_driver``): vLLM spawns wor
 the accelerator, so every configuration gets a fresh process that exits with its memory. It
 writes the model's ``config.json`` to a temporary folder, starts vLLM's ``AsyncLLM`` with
 ``load_format="dummy"`` (the real architecture's speed, no weights; ``--weights`` loads a
-checkpoint instead), sends each workload's exact token ids on its arrival schedule, streams the
+checkpoint instead), warms it up (`rsi_env.real.warmup`: every step size up to the token budget, so no
+kernel compiles mid-measurement), sends each workload's exact token ids on its arrival schedule, streams the
 outputs to time TTFT/TPOT/latency per request, and reads vLLM's own Prometheus counters
 (preemptions, prefix-cache queries and hits, KV-cache usage, tokens per step). One JSON line per
 workload goes to ``--out``, with every request's arrival, first-token and finish times (``requests``)
@@ -38,6 +39,7 @@ from rsi_env.engine.workload import SLO, Trace, Workload
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.schedule import run_schedule
 from rsi_env.real.step_trace import StepTrace, stat_logger_factory
+from rsi_env.real.warmup import warmup_workloads
 
 __all__ = ["main"]
 
@@ -219,10 +221,10 @@ async def _main_async(args: argparse.Namespace) -> int:
     resolved = _resolved(engine.vllm_config)
     print(json.dumps({"startup_s": startup, "resolved": resolved}), flush=True)
     try:
-        # Warm-up: a few short requests so first-request effects stay out of the measurement.
-        warm = Workload.from_dict({"name": "warmup", "seed": 999, "requests": 16, "prompt_tokens": 64,
-                                   "output_tokens": 16})
-        await _run_trace(engine, warm.trace(), spec.vocab_size, "warm")
+        # Warm-up: first-use effects (kernel JIT per batch shape) stay out of the measurement.
+        for warm in warmup_workloads(int(resolved["max_num_batched_tokens"]), int(resolved["max_num_seqs"]),
+                                     int(resolved["max_model_len"])):
+            await _run_trace(engine, warm.trace(), spec.vocab_size, warm.name)
         for w in workloads:
             await engine.reset_prefix_cache()
             trace = w.trace()

@@ -37,6 +37,7 @@ class Calibration:
     # ... for a layer of MM_REF_PARAMS weights per GPU; smaller matrices (a small model, or one split by tensor
     # parallelism) give fewer tiles per token and need more tokens: the half point scales as (ref/params)**exp.
     mm_half_exp: float = 0.0
+    moe_mm_eff: float = 0.6       # routed experts' grouped GEMMs (vLLM's fused-MoE kernel), fraction of mm_eff
     roofline_sharpness: float = 3.0  # soft maximum of compute and memory time (higher: less overlap penalty)
     bw_eff: float = 0.80          # weight streaming, fraction of peak bandwidth
     attn_eff: float = 0.45        # prefill attention FLOP/s, fraction of peak
@@ -52,6 +53,8 @@ class Calibration:
     eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph (enforce_eager)
     uncaptured_layer_s: float = 3.0e-4  # per layer, CPU to launch a compiled model's batch above the largest CUDA
     #                                     graph (overlaps the kernels: see StepCost._dispatch)
+    uncaptured_moe_layer_s: float = 2.0e-4  # ... and per MoE layer on top (routing, sorting, the expert kernels'
+    #                                         launches from Python)
     eager_allreduce_s: float = 5.0e-5  # per all-reduce launched outside a CUDA graph (tensor parallel, eager steps)
     cpu_step_s: float = 1.5e-3    # engine-core CPU per step (schedule + update)
     cpu_per_req_s: float = 1.2e-5  # engine-core CPU per running request per step

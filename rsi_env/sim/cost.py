@@ -6,10 +6,11 @@ once per step, FLOPs on the CUDA-graph-padded token count; MoE reads only the ex
 activates), the LM head on the sampled rows, prefill attention (FLOPs of each chunk against its
 context), decode attention (KV bytes read), tensor-parallel all-reduces, and per-step, per-request
 and per-layer launch overheads (eager or piecewise CUDA graphs; with fp8 weights, quantizing the
-activations before each linear layer). A compiled model's step larger than
-the largest CUDA graph is launched from the CPU piece by piece, which overlaps the kernels: the step
-costs the slower of the two. The engine core's CPU time runs beside the device with async scheduling
-and after it without.
+activations before each linear layer). A MoE model's routed experts run vLLM's fused-MoE grouped
+GEMM, whose FLOP rate is a calibrated fraction of a dense GEMM's. A compiled model's step larger than
+the largest CUDA graph is launched from the CPU piece by piece (a MoE layer's pieces cost more), which
+overlaps the kernels: the step costs the slower of the two. The engine core's CPU time runs beside the
+device with async scheduling and after it without.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ class StepCost:
         fixed = m.num_layers * m.attn_params_per_layer + dense_layers * m.dense_mlp_params + m.num_moe_layers * (
             m.shared_expert_params + m.hidden_size * m.num_experts)
         self._fixed_w_bytes = fixed * wb / tp
-        self._flops_per_token = 2.0 * m.active_layer_params / tp
+        # FLOPs a token costs, the routed experts' weighted by their kernel's lower efficiency (a MoE prefill
+        # runs vLLM's fused-MoE grouped GEMM, well below a dense GEMM's rate; decode is bandwidth-bound).
+        expert_flops = 2.0 * m.num_moe_layers * m.num_experts_per_tok * m.expert_params / tp
+        self._flops_per_token = 2.0 * m.active_layer_params / tp + expert_flops * (1.0 / cal.moe_mm_eff - 1.0)
         layer_params = max(1.0, m.active_layer_params / max(1, m.num_layers) / tp)
         self._mm_half = cal.mm_half_tokens * (MM_REF_PARAMS / layer_params) ** cal.mm_half_exp
         self._expert_bytes = m.expert_params * wb / tp
@@ -72,6 +76,7 @@ class StepCost:
         self._window = m.sliding_window if (m.sliding_window and m.num_sliding_layers == m.num_layers) else None
         self.has_window = self._window is not None
         self._layers = m.num_layers
+        self._moe_layers = m.num_moe_layers
         self._hidden_bytes = m.hidden_size * m.dtype_bytes
         self._comm_rate = hw.interconnect_bw * cal.comm_eff
         self._tp = tp
@@ -133,7 +138,7 @@ class StepCost:
         """
         if num_tokens <= self._max_graph or self.cfg.enforce_eager:
             return 0.0
-        return self.cal.uncaptured_layer_s * self._layers
+        return self.cal.uncaptured_layer_s * self._layers + self.cal.uncaptured_moe_layer_s * self._moe_layers
 
     def graph_mode(self, num_tokens: int, uniform_decode: bool) -> int:
         """How vLLM runs a step (a `GRAPH_MODES` code): without a CUDA graph, piecewise graphs or one full graph.

@@ -28,10 +28,10 @@ from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import CalibrationError
 from rsi_env.sim import simulate_detailed
-from rsi_env.sim.calibration import Calibration, load_calibration
+from rsi_env.sim.calibration import COEFFICIENTS, Calibration, load_calibration
 from rsi_env.sim.memory import plan_memory
 
-__all__ = ["Sample", "evaluate", "fit", "load_samples", "run_calibration", "samples_from_rows"]
+__all__ = ["Sample", "calibration_id", "evaluate", "fit", "load_samples", "run_calibration", "samples_from_rows"]
 
 TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_eff", "attn_eff", "kv_bw_eff", "step_s",
           "per_req_s", "piecewise_layer_s", "eager_layer_s", "uncaptured_layer_s", "cpu_step_s", "cpu_per_req_s",
@@ -40,9 +40,14 @@ TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_e
 COMM = ("comm_eff", "allreduce_s", "eager_allreduce_s")
 # Fitted only where the measurements hold fp8-weight runs.
 FP8 = ("quant_layer_s",)
+# Fitted only where the measurements hold a MoE model.
+MOE = ("moe_mm_eff", "uncaptured_moe_layer_s")
 # The memory terms, fitted on the KV blocks vLLM reports (act_moe_coef too where a MoE model was measured).
 MEMORY = ("non_torch_bytes", "act_token_coef", "act_logit_coef")
 NOISY = frozenset({"many_small"})
+# A MoE run whose step trace stops this long between two steps had vLLM JIT-compiling its fused-MoE kernel
+# mid-workload (no step of the calibration workloads takes half as long); the MoE terms are not fitted on it.
+JIT_PAUSE_S = 0.4
 _BOUNDS = {
     "mm_eff": (0.2, 1.0), "mm_half_tokens": (1.0, 2048.0), "roofline_sharpness": (1.2, 12.0), "bw_eff": (0.3, 1.0),
     "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0),
@@ -51,7 +56,7 @@ _BOUNDS = {
     "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 5e-2),
     "cpu_per_new_req_s": (1e-7, 5e-3), "mm_half_exp": (0.01, 3.0),
     "comm_eff": (0.2, 1.0), "allreduce_s": (1e-7, 2e-4), "eager_allreduce_s": (1e-7, 2e-3),
-    "quant_layer_s": (1e-8, 2e-4),
+    "quant_layer_s": (1e-8, 2e-4), "moe_mm_eff": (0.1, 1.0), "uncaptured_moe_layer_s": (1e-7, 2e-3),
 }
 
 
@@ -66,6 +71,7 @@ class Sample:
     num_gpu_blocks: int
     engine_version: str
     startup_s: float
+    longest_gap_s: float = 0.0  # the longest time between two consecutive steps of the real run's step trace
 
     @property
     def config_key(self) -> str:
@@ -79,9 +85,10 @@ def samples_from_rows(rows: list[dict[str, Any]], where: str = "the measurements
         tel = Telemetry.from_dict(row["telemetry"])
         if tel.error:
             continue
+        t = (row.get("steps") or {}).get("t") or []
         out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel,
                           int((row.get("resolved") or {}).get("num_gpu_blocks") or 0), row["vllm_version"],
-                          float(row.get("startup_s") or 0.0)))
+                          float(row.get("startup_s") or 0.0), float(np.diff(t).max()) if len(t) > 1 else 0.0))
     if not out:
         raise CalibrationError(f"no usable measurements in {where}")
     return out
@@ -193,14 +200,14 @@ def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Ca
     return cal.with_coefficients({n: float(v) * scale.get(n, 1.0) for n, v in zip(names, r.x, strict=True)})
 
 
-def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: int = 60) -> Calibration:
-    """Memory terms first, then the timing coefficients (in log space, within physical bounds)."""
+def _fit_timing(samples: list[Sample], hw: HardwareSpec, cal: Calibration, names: tuple[str, ...],
+                max_nfev: int) -> Calibration:
+    """Least squares of the timing coefficients ``names`` (in log space, within physical bounds), others fixed.
+
+    The residuals are log-ratios of throughput, TTFT p50 and TPOT p50.
+    """
     from scipy.optimize import least_squares
 
-    cal = _fit_memory(samples, start, hw)
-    has_tp = any(int(s.flags.get("tensor_parallel_size", 1)) > 1 for s in samples)
-    has_fp8 = any(s.flags.get("quantization") for s in samples)
-    names = TIMING + (COMM if has_tp else ()) + (FP8 if has_fp8 else ())
     lo = np.log([_BOUNDS[n][0] for n in names])
     hi = np.log([_BOUNDS[n][1] for n in names])
     x0 = np.clip(np.log([max(getattr(cal, n), _BOUNDS[n][0]) for n in names]), lo + 1e-6, hi - 1e-6)
@@ -223,6 +230,40 @@ def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: i
 
     r = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, diff_step=0.05, x_scale=1.0)
     return cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, r.x, strict=True)})
+
+
+def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: int = 60) -> Calibration:
+    """Memory terms first, then the timing coefficients, in two stages where MoE models were measured.
+
+    The terms every model shares are fitted on the dense models' measurements; the MoE terms (`MOE`) then on the
+    MoE models' with the shared ones fixed. A MoE engine's runs carry pauses of their own (vLLM JIT-compiles its
+    fused-MoE Triton kernel for batch shapes a short warm-up does not reach, inside the measured workloads:
+    `rsi_env.real.warmup`): a joint fit would let them bend the terms the dense models share, and the MoE terms
+    are fitted only on MoE runs without such a pause (`JIT_PAUSE_S`).
+    """
+    cal = _fit_memory(samples, start, hw)
+    is_moe = {m: load_model(m).is_moe for m in {s.model for s in samples}}
+    dense = [s for s in samples if not is_moe[s.model]]
+    moe = [s for s in samples if is_moe[s.model] and s.longest_gap_s < JIT_PAUSE_S]
+    shared = dense or samples
+    has_tp = any(int(s.flags.get("tensor_parallel_size", 1)) > 1 for s in shared)
+    has_fp8 = any(s.flags.get("quantization") for s in shared)
+    names = TIMING + (COMM if has_tp else ()) + (FP8 if has_fp8 else ()) + (() if dense else MOE)
+    cal = _fit_timing(shared, hw, cal, names, max_nfev)
+    if dense and moe:
+        cal = _fit_timing(moe, hw, cal, MOE, max_nfev)
+    return cal
+
+
+def calibration_id(cal: Calibration, measurements_digest: str) -> str:
+    """``<hardware>-vllm<version>-<hash>``: the hash covers the measurements and the coefficients fitted to them.
+
+    Two fits of the same measurements by different code (a new term, a new procedure) are different
+    calibrations; every simulated measurement names the one it used (`Telemetry.calibration`).
+    """
+    coeffs = json.dumps({n: getattr(cal, n) for n in COEFFICIENTS}, sort_keys=True)
+    h = hashlib.sha256(f"{measurements_digest}:{coeffs}".encode()).hexdigest()[:12]
+    return f"{cal.hardware}-vllm{cal.engine_version}-{h}"
 
 
 def run_calibration(hardware: str, measurements: list[str], *, engine_version: str = "0.26",
@@ -265,7 +306,7 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         "".join(Path(m).read_text() for m in measurements)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     ho: dict[str, Any] = report["after"]["held_out"]
-    fitted = replace(fitted, id=f"{hardware}-vllm{engine_version}-{digest}", provenance={
+    fitted = replace(fitted, id=calibration_id(fitted, digest), provenance={
         "fitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(origin or {}),
         "measurements": [str(m) for m in measurements],
         "measurements_sha256_12": digest, "n_train": len(train), "n_held_out": len(held),

@@ -116,3 +116,33 @@ def test_fp8_weights_pay_for_quantizing_activations_every_step():
     fp8 = {"quantization": "fp8"}
     assert decode_step(fp8, cal) - decode_step(fp8, free) == pytest.approx(cal.quant_layer_s * m.num_layers, rel=1e-6)
     assert decode_step({}, cal) == decode_step({}, free)
+
+
+def test_moe_prefill_pays_the_fused_moe_rate_and_its_uncaptured_launches():
+    """A MoE model's routed experts run vLLM's fused-MoE grouped GEMM, slower per FLOP than a dense GEMM
+    (`moe_mm_eff`): a compute-bound prefill of Qwen3-30B-A3B costs more with it, a bandwidth-bound small decode
+    step nearly nothing more. A step above the largest CUDA graph launches each MoE layer's extra kernels from
+    Python (`uncaptured_moe_layer_s`); a dense model has no MoE layer and pays none of either."""
+    from rsi_env.engine import EngineConfig, load_hardware, load_model
+    from rsi_env.sim.calibration import load_calibration
+    from rsi_env.sim.cost import StepCost
+
+    hw, cal = load_hardware("h200"), load_calibration("h200", "0.26")
+    assert 0 < cal.moe_mm_eff < 1 and cal.uncaptured_moe_layer_s > 0
+    ideal = cal.with_coefficients({"moe_mm_eff": 1.0, "uncaptured_moe_layer_s": 0.0})
+
+    def cost(model: str, c) -> StepCost:
+        m = load_model(model)
+        return StepCost(m, hw, EngineConfig().resolve(m, hw, "0.26"), c)
+
+    moe, moe_ideal = cost("qwen3-30b-a3b", cal), cost("qwen3-30b-a3b", ideal)
+    prefill = (8192, 64, 64, 0.0, 64 * 128 * 129 / 2.0, 0.0, False)
+    assert moe.step_time(*prefill) > 1.3 * moe_ideal.step_time(*prefill)
+    decode = (8, 8, 8, 8 * 1000.0, 0.0, 0.0, True)
+    assert moe.step_time(*decode) < 1.05 * moe_ideal.step_time(*decode)
+    m = load_model("qwen3-30b-a3b")
+    assert moe._dispatch(600) - moe_ideal._dispatch(600) == pytest.approx(cal.uncaptured_moe_layer_s * m.num_moe_layers)
+    assert moe._dispatch(256) == moe_ideal._dispatch(256) == 0.0  # captured: no launches from Python
+    dense, dense_ideal = cost("llama-3.1-8b", cal), cost("llama-3.1-8b", ideal)
+    assert dense.step_time(*prefill) == dense_ideal.step_time(*prefill)
+    assert dense._dispatch(600) == dense_ideal._dispatch(600)
