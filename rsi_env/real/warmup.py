@@ -1,14 +1,13 @@
 """The driver's warm-up: requests that make the engine run, before any measurement, the batch shapes it will meet.
 
-vLLM compiles some kernels on first use of a batch shape, not at start-up: the fused-MoE Triton kernel is
-JIT-compiled for each range of batch sizes its tuning table distinguishes (vLLM warns: "Triton kernel JIT
-compilation during inference ... consider extending warmup to cover this"), which put a one-off pause of
-pauses of 0.4-2 s into the workloads a MoE model ran (one in three of its measurements): Triton compiles a
-kernel again for each tuning range of the batch size and for whether integer arguments are divisible by 16.
-A few short requests do not reach those shapes; this warm-up also sends bursts whose prompts fill the token
-budget, then two thirds of it, and so on down to one prompt — each size twice, once in prompts of
-``PROMPT`` tokens and once of ``PROMPT - 1`` (a total not divisible by 16) — so step sizes from one prompt
-to a full budget, no two more than 1.5x apart, have run once in both forms.
+vLLM compiles some kernels on first use of a batch shape, not at start-up: Triton compiles the fused-MoE
+kernel again for each range of batch sizes its tuning table distinguishes and for whether its integer
+arguments are divisible by 16 (vLLM warns: "Triton kernel JIT compilation during inference ... consider
+extending warmup to cover this"). That put pauses of 0.4-2 s inside about one in three of a MoE model's
+measurements. A few short requests do not reach those shapes; this warm-up also sends bursts whose prompts
+fill the token budget, then two thirds of it, and so on down to one prompt — each size twice, once in
+prompts of ``PROMPT`` tokens and once of ``PROMPT - 1`` (a total not divisible by 16) — so step sizes from
+one prompt to a full budget, no two more than 1.5x apart, have run once in both forms.
 """
 
 from __future__ import annotations
