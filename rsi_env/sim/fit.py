@@ -245,7 +245,7 @@ def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: i
     is_moe = {m: load_model(m).is_moe for m in {s.model for s in samples}}
     dense = [s for s in samples if not is_moe[s.model]]
     moe = [s for s in samples if is_moe[s.model] and s.longest_gap_s < JIT_PAUSE_S]
-    shared = dense or samples
+    shared = dense or moe or samples  # a MoE-only set fits every term on its runs without a pause
     has_tp = any(int(s.flags.get("tensor_parallel_size", 1)) > 1 for s in shared)
     has_fp8 = any(s.flags.get("quantization") for s in shared)
     names = TIMING + (COMM if has_tp else ()) + (FP8 if has_fp8 else ()) + (() if dense else MOE)

@@ -126,6 +126,11 @@ def test_moe_terms_are_fitted_on_moe_models_and_the_shared_terms_on_dense_ones()
     # A MoE run that stopped mid-workload (vLLM JIT-compiling its fused-MoE kernel) does not inform the MoE terms.
     paused = fit(dense + [dataclasses.replace(s, longest_gap_s=1.5) for s in moe], hw, prior, max_nfev=1)
     assert all(getattr(paused, n) == getattr(alone, n) for n in TIMING + MOE)
+    # ... nor, without a dense model, any term.
+    other = [s for s in rows if s.model == "qwen3-30b-a3b" and s.workload.name == "short_long"]
+    clean = fit(moe, hw, prior, max_nfev=2)
+    with_paused = fit(moe + [dataclasses.replace(s, longest_gap_s=1.5) for s in other], hw, prior, max_nfev=2)
+    assert all(getattr(with_paused, n) == getattr(clean, n) for n in TIMING + MOE)
 
 
 def test_a_calibration_id_names_its_coefficients_not_only_its_measurements():
