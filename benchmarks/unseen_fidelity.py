@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in five sets.
+"""The simulator against real measurements no calibration has seen, in six sets.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -10,6 +10,11 @@
 - ``heldout5``: `data/measurements/h200x2-vllm0.26/heldout_lease5.jsonl`, the fifth lease's: Llama-3.1-8B at
   192 sequences / 10,240 tokens and with fp8 weights at 256 sequences, Mistral-7B at 256 / 4,096, Qwen3-30B-A3B
   at 128 / 6,144 (twice) and at 256 (again, after the fourth lease's run): 42 measurements.
+- ``heldout6``: `data/measurements/h200x2-vllm0.26/heldout_lease6.jsonl`, the sixth lease's, chosen before the
+  session's model changes were fitted: Llama-3.1-8B at 96 / 3,072, at 48 / 1,024 and with 32-token blocks at 320
+  sequences, Llama-3.2-1B at 4,096 tokens, Qwen2.5-7B with an fp8 KV cache at 384 and at 160 / 2,048, Mistral-7B
+  at 64 / 2,048 and with fp8 weights, Qwen3-30B-A3B at 128 / 6,144 (a third time, with the final warm-up), at
+  384 / 3,072 and with an fp8 KV cache at 256: 77 measurements.
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
@@ -36,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EVALS = {"batching": ["real.jsonl"], "quantization": ["real.jsonl"], "prefix_cache": ["real.jsonl", "real_repeat.jsonl"]}
 HELDOUT = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease4.jsonl"
 HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease5.jsonl"
+HELDOUT6 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease6.jsonl"
 
 
 def unseen_samples(task: str = "batching") -> list[Sample]:
@@ -59,7 +65,8 @@ def unseen_samples(task: str = "batching") -> list[Sample]:
 def main(argv: list[str]) -> int:
     hw = load_hardware("h200")
     sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
-            "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
+            "heldout6": load_samples([HELDOUT6]), "quantization": unseen_samples("quantization"),
+            "prefix_cache": unseen_samples("prefix_cache")}
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():

@@ -8,9 +8,10 @@ context), decode attention (KV bytes read), tensor-parallel all-reduces, and per
 and per-layer launch overheads (eager or piecewise CUDA graphs; with fp8 weights, quantizing the
 activations before each linear layer). A MoE model's routed experts run vLLM's fused-MoE grouped
 GEMM, whose FLOP rate is a calibrated fraction of a dense GEMM's. A compiled model's step larger than
-the largest CUDA graph is launched from the CPU piece by piece (a MoE layer's pieces cost more), which
-overlaps the kernels: the step costs the slower of the two. The engine core's CPU time runs beside the
-device with async scheduling and after it without.
+the largest CUDA graph is launched from the CPU piece by piece (a MoE layer's pieces cost more), on the engine
+core's thread, which overlaps the kernels but not the engine core's own CPU work (scheduling, outputs). With
+async scheduling that thread runs beside the device and the slower of the two sets the step's time; without
+it the thread's own work follows the step.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class StepCost:
         self._comm_rate = hw.interconnect_bw * cal.comm_eff
         self._tp = tp
         self._pp = pp
+        self._one_process = tp * pp == 1  # vLLM's uniprocess executor: the model runs on the engine core's thread
         self._sizes = np.asarray(cfg.cudagraph_capture_sizes, dtype=np.int64)
         self._max_graph = int(self._sizes[-1]) if self._sizes.size else 0
 
@@ -132,9 +134,11 @@ class StepCost:
     def _dispatch(self, num_tokens: int) -> float:
         """CPU time to launch a compiled model's step outside any CUDA graph (its pieces' Python wrappers).
 
-        The GPU runs the launched kernels meanwhile, so this overlaps the kernels' own time: it is what
-        a small step costs when it exceeds the largest captured size (e.g. a full batch of
-        ``max_num_seqs`` decodes plus a new prompt), and hidden under a large prefill.
+        The GPU runs the launched kernels meanwhile, so this overlaps the kernels' own time, but not the
+        engine core's own CPU work: vLLM's single-GPU executor launches the model on the engine core's
+        thread, between scheduling the step and processing the previous step's output (`combine`). It is
+        what a small step costs when it exceeds the largest captured size (e.g. a full batch of
+        ``max_num_seqs`` decodes plus new prompts), and hidden under a large prefill.
         """
         if num_tokens <= self._max_graph or self.cfg.enforce_eager:
             return 0.0
@@ -152,9 +156,21 @@ class StepCost:
     def cpu_time(self, num_running: int, num_new: int = 0) -> float:
         return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running + self.cal.cpu_per_new_req_s * num_new
 
-    def combine(self, device: float, cpu: float) -> float:
-        """Step wall time: CPU work overlaps the device with async scheduling, adds to it without."""
-        return max(device, cpu) if self.cfg.async_scheduling else device + cpu
+    def combine(self, kernels: float, overhead: float, dispatch: float, cpu: float) -> float:
+        """Step wall time from the GPU's work and the engine core thread's.
+
+        The thread launches the step (``dispatch``: outside a CUDA graph, for as long as the GPU may take to
+        run it) and does the engine core's own work (``cpu``: schedule, process outputs). With async
+        scheduling that work overlaps the GPU's (kernels and per-step overheads) and the slower side sets
+        the pace; without it the thread waits for the step's output before its own work. Several GPUs have
+        worker processes of their own (vLLM's multiprocessing executor): their launches leave the engine
+        core's thread free.
+        """
+        if not self.cfg.async_scheduling:
+            return max(kernels, dispatch) + overhead + cpu
+        if self._one_process:
+            return max(kernels + overhead, dispatch + cpu)
+        return max(max(kernels, dispatch) + overhead, cpu)
 
     # ---- a whole step --------------------------------------------------------------------------
     def step_time(self, num_tokens: int, num_reqs: int, num_running: int, decode_ctx_tokens: float,
@@ -164,8 +180,8 @@ class StepCost:
         kernels = (self._linear(tp_, num_reqs) + self._comm(tp_)
                    + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
                    + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
-        device = max(kernels, self._dispatch(num_tokens)) + self._overhead(num_tokens, num_reqs, uniform_decode)
-        return self.combine(device, self.cpu_time(num_running, num_new))
+        return self.combine(kernels, self._overhead(num_tokens, num_reqs, uniform_decode), self._dispatch(num_tokens),
+                            self.cpu_time(num_running, num_new))
 
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
         """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.
@@ -179,11 +195,12 @@ class StepCost:
         if self._window is not None:
             ctx = np.minimum(ctx, batch * float(self._window))
         kernels = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
-        device = np.maximum(kernels, self._dispatch(batch)) + self._overhead(batch, batch, True)
-        cpu = self.cpu_time(num_running)
-        if self.cfg.async_scheduling:
-            return np.maximum(device, cpu)
-        return device + cpu
+        overhead, dispatch, cpu = self._overhead(batch, batch, True), self._dispatch(batch), self.cpu_time(num_running)
+        if not self.cfg.async_scheduling:
+            return np.maximum(kernels, dispatch) + overhead + cpu
+        if self._one_process:
+            return np.maximum(kernels + overhead, dispatch + cpu)
+        return np.maximum(np.maximum(kernels, dispatch) + overhead, cpu)
 
     def window(self, ctx: int) -> int:
         """Context a sliding-window model attends to (the whole context otherwise)."""

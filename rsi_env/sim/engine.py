@@ -160,6 +160,9 @@ class EngineSim:
         dirty = False
         now = 0.0
         next_arr = 0
+        # A closed-loop client sends its next request when it has received the last one's final token:
+        # the engine sees it a front-end round trip (out to the client, back in) after that token.
+        round_trip = self.cost.cal.frontend_s
         if closed:
             issue = min(closed, n)
             self.arrival[:issue] = 0.0
@@ -283,7 +286,7 @@ class EngineSim:
                                     running.remove(i)
                                     done += 1
                                     if closed and issued < n:
-                                        self.arrival[order[issued]] = now
+                                        self.arrival[order[issued]] = now + round_trip
                                         issued += 1
                                 dirty = True
                             if self.check:
@@ -477,7 +480,7 @@ class EngineSim:
                     dirty = True
                     done += 1
                     if closed and issued < n:
-                        self.arrival[order[issued]] = now
+                        self.arrival[order[issued]] = now + round_trip
                         issued += 1
             record([now], ntok, len(running), int(sampled.size), uniform)
             if self.check:

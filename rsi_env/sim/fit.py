@@ -171,18 +171,28 @@ def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[
 def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Calibration:
     """Least squares of the memory terms on the KV bytes vLLM found (num_gpu_blocks x block bytes).
 
-    The MoE term is fitted only where the measurements hold a MoE model (otherwise it stays as it is).
+    In two stages, as the timing terms: the terms every model shares on the dense models' configurations, then
+    the MoE term on the MoE models' with those fixed (a MoE-only set fits all of them on its own). One joint fit
+    lets the MoE configurations, whose profile run is dominated by the fused-MoE caches, bend the shared terms.
     """
-    from scipy.optimize import least_squares
-
     seen: dict[str, Sample] = {}
     for s in samples:
         if s.num_gpu_blocks and s.config_key not in seen:
             seen[s.config_key] = s
-    pts = list(seen.values())
-    if not pts:
-        return cal
-    names = MEMORY + (("act_moe_coef",) if any(load_model(s.model).is_moe for s in pts) else ())
+    is_moe = {k: load_model(s.model).is_moe for k, s in seen.items()}
+    dense = [s for k, s in seen.items() if not is_moe[k]]
+    moe = [s for k, s in seen.items() if is_moe[k]]
+    if dense:
+        cal = _fit_memory_terms(dense, cal, hw, MEMORY)
+    if moe:
+        cal = _fit_memory_terms(moe, cal, hw, ("act_moe_coef",) if dense else MEMORY + ("act_moe_coef",))
+    return cal
+
+
+def _fit_memory_terms(pts: list[Sample], cal: Calibration, hw: HardwareSpec, names: tuple[str, ...]) -> Calibration:
+    """Least squares of the memory terms ``names`` on the configurations ``pts`` (one sample each), others fixed."""
+    from scipy.optimize import least_squares
+
     scale = {"non_torch_bytes": 1e9}
 
     def resid(x: np.ndarray) -> np.ndarray:

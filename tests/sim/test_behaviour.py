@@ -146,3 +146,55 @@ def test_moe_prefill_pays_the_fused_moe_rate_and_its_uncaptured_launches():
     dense, dense_ideal = cost("llama-3.1-8b", cal), cost("llama-3.1-8b", ideal)
     assert dense.step_time(*prefill) == dense_ideal.step_time(*prefill)
     assert dense._dispatch(600) == dense_ideal._dispatch(600)
+
+
+def test_a_closed_loop_client_sends_its_next_request_a_front_end_round_trip_later():
+    """The client of a closed loop sees a request's last token after the front-end hop out, and its next request
+    reaches the engine after the hop back in: the engine gets it ``frontend_s`` after the last step, not at once.
+    TTFT is measured from the client's send, which is the hop in before the engine's arrival."""
+    import numpy as np
+
+    from rsi_env.sim.calibration import load_calibration
+
+    cal = load_calibration("h200", "0.26")
+    assert cal.frontend_s > 0
+    w = Workload.from_dict({"name": "one_at_a_time", "seed": 3, "requests": 6, "prompt_tokens": 64,
+                            "output_tokens": 16, "arrival": {"process": "closed", "concurrency": 1}})
+    tel, _, _, results = simulate_detailed({}, "llama-3.1-8b", "h200", w)
+    r = results[0]
+    order = np.argsort(r.arrival)
+    assert r.arrival[order[0]] == 0.0
+    for prev, nxt in zip(order[:-1], order[1:], strict=True):
+        assert r.arrival[nxt] == pytest.approx(r.finish[prev] + cal.frontend_s)
+    # One request at a time: the whole run is the requests' latencies back to back, plus a round trip between two.
+    assert r.finish.max() == pytest.approx(float(np.sum(r.finish - r.arrival)) + 5 * cal.frontend_s)
+    assert tel.ok and tel.ttft_p50 > cal.frontend_s
+
+
+def test_uncaptured_launches_share_the_engine_core_thread_on_one_gpu():
+    """vLLM's single-GPU executor launches the model from the engine core's own thread: a step outside every CUDA
+    graph (its launches take ``dispatch``) leaves the scheduler and output processing no time to hide in, so they
+    add to it even with async scheduling. Tensor-parallel workers launch in processes of their own. A captured
+    step has no launch time at all."""
+    from rsi_env.engine import EngineConfig, load_hardware, load_model
+    from rsi_env.sim.calibration import load_calibration
+    from rsi_env.sim.cost import StepCost
+
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h200")
+    cal = load_calibration("h200", "0.26").with_coefficients({"uncaptured_layer_s": 1e-3, "cpu_step_s": 5e-3})
+    one = StepCost(m, hw, EngineConfig().resolve(m, hw, "0.26"), cal)
+    tp2 = StepCost(m, hw, EngineConfig(tensor_parallel_size=2).resolve(m, hw, "0.26"), cal)
+    busier = cal.with_coefficients({"cpu_step_s": 10e-3})
+    one_busier = StepCost(m, hw, EngineConfig().resolve(m, hw, "0.26"), busier)
+    tp2_busier = StepCost(m, hw, EngineConfig(tensor_parallel_size=2).resolve(m, hw, "0.26"), busier)
+    uncaptured = (600, 600, 600, 600 * 500.0, 0.0, 0.0, True)  # 600 decodes: above the largest graph (512)
+    dispatch = one._dispatch(600)
+    assert dispatch == pytest.approx(32e-3)
+    # One process: launching and the engine core's work are serial, 5 ms more CPU is 5 ms more step.
+    assert one_busier.step_time(*uncaptured) - one.step_time(*uncaptured) == pytest.approx(5e-3)
+    assert one.step_time(*uncaptured) >= dispatch + cal.cpu_step_s
+    # Two processes: the workers launch; the engine core's CPU hides under the step.
+    assert tp2_busier.step_time(*uncaptured) == tp2.step_time(*uncaptured)
+    captured = (256, 256, 256, 256 * 500.0, 0.0, 0.0, True)
+    assert one._dispatch(256) == 0.0
+    assert one_busier.step_time(*captured) - one.step_time(*captured) <= 5e-3

@@ -56,8 +56,8 @@ def test_kv_memory_matches_vllms_own_numbers():
     assert not t.ok and "To serve at least one request with the model's max seq len (131072)" in t.error
     avail = float(re.search(r"available KV cache memory \(([\d.]+) GiB\)", t.error).group(1))
     est = int(re.search(r"estimated maximum model length is (\d+)", t.error).group(1))
-    # The memory terms are one least-squares fit of the KV bytes of every calibration configuration (GB off,
-    # not percent): 0.45 GB on this small cache is 3.1 %, on the defaults' 110 GB 0.4 %.
+    # The shared memory terms are one least-squares fit of the KV bytes of every dense calibration configuration
+    # (GB off, not percent): 0.42 GB on this small cache is 2.9 %, on the defaults' 110 GB 0.4 %.
     assert avail == pytest.approx(14.42, rel=0.035)
     assert est == pytest.approx(118144, rel=0.035)
 
@@ -108,8 +108,9 @@ def test_moe_models_pay_for_the_fused_moe_caches_of_the_profile_run():
 def test_moe_terms_are_fitted_on_moe_models_and_the_shared_terms_on_dense_ones():
     """`fit` in two stages: the terms every model shares from the dense models' measurements alone (so a MoE
     engine's own one-off costs cannot bend them), then the MoE terms from the MoE models' with the shared ones
-    fixed. Without a MoE measurement the MoE terms keep their prior."""
-    from rsi_env.sim.fit import MOE, TIMING, fit
+    fixed. Without a MoE measurement the MoE terms keep their prior. The memory terms likewise: the KV blocks of
+    the dense configurations fit the shared ones, the MoE configurations only the fused-MoE caches' term."""
+    from rsi_env.sim.fit import MEMORY, MOE, TIMING, fit
 
     rows = load_samples([ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "lease4.jsonl"])
     dense = [s for s in rows if s.model == "llama-3.2-1b" and s.workload.name in ("short_long", "burst_256")]
@@ -118,8 +119,9 @@ def test_moe_terms_are_fitted_on_moe_models_and_the_shared_terms_on_dense_ones()
     hw, prior = load_hardware("h200"), Calibration(hardware="h200", engine_version="0.26")
     alone = fit(dense, hw, prior, max_nfev=1)
     both = fit(dense + moe, hw, prior, max_nfev=1)
-    for n in TIMING:
+    for n in TIMING + MEMORY:
         assert getattr(both, n) == getattr(alone, n), n
+    assert alone.act_moe_coef == prior.act_moe_coef != both.act_moe_coef
     for n in MOE:
         assert getattr(alone, n) == getattr(prior, n), n
     assert any(getattr(both, n) != getattr(prior, n) for n in MOE)
