@@ -17,6 +17,7 @@ it the thread's own work follows the step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -156,7 +157,7 @@ class StepCost:
     def cpu_time(self, num_running: int, num_new: int = 0) -> float:
         return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running + self.cal.cpu_per_new_req_s * num_new
 
-    def combine(self, kernels: float, overhead: float, dispatch: float, cpu: float) -> float:
+    def combine(self, kernels: Any, overhead: float, dispatch: float, cpu: float) -> Any:
         """Step wall time from the GPU's work and the engine core thread's.
 
         The thread launches the step (``dispatch``: outside a CUDA graph, for as long as the GPU may take to
@@ -164,13 +165,14 @@ class StepCost:
         scheduling that work overlaps the GPU's (kernels and per-step overheads) and the slower side sets
         the pace; without it the thread waits for the step's output before its own work. Several GPUs have
         worker processes of their own (vLLM's multiprocessing executor): their launches leave the engine
-        core's thread free.
+        core's thread free. ``kernels`` is one step's, or a span's as an array (then so is the result).
         """
+        mx = np.maximum if isinstance(kernels, np.ndarray) else max
         if not self.cfg.async_scheduling:
-            return max(kernels, dispatch) + overhead + cpu
+            return mx(kernels, dispatch) + overhead + cpu
         if self._one_process:
-            return max(kernels + overhead, dispatch + cpu)
-        return max(max(kernels, dispatch) + overhead, cpu)
+            return mx(kernels + overhead, dispatch + cpu)
+        return mx(mx(kernels, dispatch) + overhead, cpu)
 
     # ---- a whole step --------------------------------------------------------------------------
     def step_time(self, num_tokens: int, num_reqs: int, num_running: int, decode_ctx_tokens: float,
@@ -180,8 +182,8 @@ class StepCost:
         kernels = (self._linear(tp_, num_reqs) + self._comm(tp_)
                    + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
                    + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
-        return self.combine(kernels, self._overhead(num_tokens, num_reqs, uniform_decode), self._dispatch(num_tokens),
-                            self.cpu_time(num_running, num_new))
+        return float(self.combine(kernels, self._overhead(num_tokens, num_reqs, uniform_decode),
+                                  self._dispatch(num_tokens), self.cpu_time(num_running, num_new)))
 
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
         """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.
@@ -195,12 +197,8 @@ class StepCost:
         if self._window is not None:
             ctx = np.minimum(ctx, batch * float(self._window))
         kernels = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
-        overhead, dispatch, cpu = self._overhead(batch, batch, True), self._dispatch(batch), self.cpu_time(num_running)
-        if not self.cfg.async_scheduling:
-            return np.maximum(kernels, dispatch) + overhead + cpu
-        if self._one_process:
-            return np.maximum(kernels + overhead, dispatch + cpu)
-        return np.maximum(np.maximum(kernels, dispatch) + overhead, cpu)
+        return np.asarray(self.combine(kernels, self._overhead(batch, batch, True), self._dispatch(batch),
+                                       self.cpu_time(num_running)))
 
     def window(self, ctx: int) -> int:
         """Context a sliding-window model attends to (the whole context otherwise)."""
