@@ -168,6 +168,12 @@ def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[
     return err
 
 
+def _dense_and_moe(samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+    """The samples of dense models and those of MoE models: the two stages of every fit."""
+    is_moe = {m: load_model(m).is_moe for m in {s.model for s in samples}}
+    return [s for s in samples if not is_moe[s.model]], [s for s in samples if is_moe[s.model]]
+
+
 def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Calibration:
     """Least squares of the memory terms on the KV bytes vLLM found (num_gpu_blocks x block bytes).
 
@@ -179,9 +185,7 @@ def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Ca
     for s in samples:
         if s.num_gpu_blocks and s.config_key not in seen:
             seen[s.config_key] = s
-    is_moe = {k: load_model(s.model).is_moe for k, s in seen.items()}
-    dense = [s for k, s in seen.items() if not is_moe[k]]
-    moe = [s for k, s in seen.items() if is_moe[k]]
+    dense, moe = _dense_and_moe(list(seen.values()))
     if dense:
         cal = _fit_memory_terms(dense, cal, hw, MEMORY)
     if moe:
@@ -252,9 +256,8 @@ def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: i
     are fitted only on MoE runs without such a pause (`JIT_PAUSE_S`).
     """
     cal = _fit_memory(samples, start, hw)
-    is_moe = {m: load_model(m).is_moe for m in {s.model for s in samples}}
-    dense = [s for s in samples if not is_moe[s.model]]
-    moe = [s for s in samples if is_moe[s.model] and s.longest_gap_s < JIT_PAUSE_S]
+    dense, moe_runs = _dense_and_moe(samples)
+    moe = [s for s in moe_runs if s.longest_gap_s < JIT_PAUSE_S]
     shared = dense or moe or samples  # a MoE-only set fits every term on its runs without a pause
     has_tp = any(int(s.flags.get("tensor_parallel_size", 1)) > 1 for s in shared)
     has_fp8 = any(s.flags.get("quantization") for s in shared)
