@@ -3,10 +3,13 @@
 End-to-end numbers (throughput, TTFT, TPOT) mix every cost the engine has; the simulator's step cost is
 calibrated better from what each step did. vLLM hands its stat loggers, once per engine step, the
 scheduler's stats (running and waiting requests, KV-cache use, and with ``cudagraph_metrics`` on the
-step's token count, its padded size and whether it ran a full CUDA graph, a piecewise one or none) and
-the frontend's iteration stats (tokens generated, requests preempted). `StepTrace` keeps those, stamped
-with the time the frontend received the step's outputs: while the engine is busy, the gaps between
-stamps are its step times (as Vidur profiles operators, here the unit is the whole step).
+step's token count, its padded size and whether it ran a full CUDA graph, a piecewise one or none; with
+``enable_logging_iteration_details`` on, what the step scheduled: its prompt (context) requests and tokens and
+its decode requests) and the frontend's iteration stats (tokens generated, requests preempted). vLLM 0.26 runs
+dense models on its V2 model runner, which reports no CUDA-graph stats: there the step's token count comes
+from the iteration details (prompt tokens plus decode requests), and its CUDA-graph mode stays unknown (-1).
+`StepTrace` keeps those, stamped with the time the frontend received the step's outputs: while the engine is
+busy, the gaps between stamps are its step times (as Vidur profiles operators, here the unit is the whole step).
 
 A trace is kept in columns (lists of numbers), sliced per workload by `StepTrace.since`, and written in
 the driver's JSON row as ``steps``. The logger is built through `stat_logger_factory`, which imports vLLM
@@ -23,7 +26,8 @@ from rsi_env.sim.cost import GRAPH_MODES
 
 __all__ = ["COLUMNS", "StepTrace", "stat_logger_factory"]
 
-COLUMNS = ("t", "tokens", "padded", "mode", "gen", "running", "waiting", "kv", "preempted")
+COLUMNS = ("t", "tokens", "padded", "mode", "gen", "running", "waiting", "kv", "preempted", "prefill_reqs",
+           "prefill_tokens", "decode_reqs")
 
 
 class StepTrace:
@@ -39,9 +43,17 @@ class StepTrace:
     def add(self, scheduler_stats: Any, iteration_stats: Any) -> None:
         cg = getattr(scheduler_stats, "cudagraph_stats", None)
         mode = str(getattr(cg, "runtime_mode", "")).rsplit(".", 1)[-1] if cg is not None else ""
+        it = getattr(scheduler_stats, "iteration_details", None)
+        ctx_reqs = int(getattr(it, "num_ctx_requests", -1)) if it is not None else -1
+        ctx_tokens = int(getattr(it, "num_ctx_tokens", -1)) if it is not None else -1
+        dec_reqs = int(getattr(it, "num_generation_requests", -1)) if it is not None else -1
+        dec_tokens = int(getattr(it, "num_generation_tokens", -1)) if it is not None else -1
+        tokens = getattr(cg, "num_unpadded_tokens", -1) if cg is not None else -1
+        if tokens == -1 and ctx_tokens >= 0 and dec_tokens >= 0:
+            tokens = ctx_tokens + dec_tokens
         row = {
             "t": round(time.perf_counter() - self.t0, 6),
-            "tokens": getattr(cg, "num_unpadded_tokens", -1) if cg is not None else -1,
+            "tokens": tokens,
             "padded": getattr(cg, "num_padded_tokens", -1) if cg is not None else -1,
             "mode": GRAPH_MODES.get(mode, -1),
             "gen": getattr(iteration_stats, "num_generation_tokens", 0) if iteration_stats is not None else 0,
@@ -50,6 +62,7 @@ class StepTrace:
             "kv": round(float(getattr(scheduler_stats, "kv_cache_usage", -1.0)), 5)
             if scheduler_stats is not None else -1,
             "preempted": getattr(iteration_stats, "num_preempted_reqs", 0) if iteration_stats is not None else 0,
+            "prefill_reqs": ctx_reqs, "prefill_tokens": ctx_tokens, "decode_reqs": dec_reqs,
         }
         for c in COLUMNS:
             self.cols[c].append(row[c])

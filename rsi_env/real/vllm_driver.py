@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -207,6 +208,10 @@ async def _main_async(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     if "cudagraph_metrics" in have:  # each step's token count, padded size and CUDA-graph mode, for the step trace
         extra["cudagraph_metrics"] = True
+    if "enable_logging_iteration_details" in have:  # what each step scheduled (prompt and decode requests)
+        extra["enable_logging_iteration_details"] = True
+        # vLLM's own logging stat logger would print a line per step; the step trace keeps the numbers.
+        logging.getLogger("vllm.v1.metrics.loggers").setLevel(logging.WARNING)
     eargs = AsyncEngineArgs(model=str(tmp), load_format=load_format, skip_tokenizer_init=True,
                             generation_config="vllm", disable_log_stats=False, seed=0, **extra, **flags)
     t_start = time.perf_counter()

@@ -68,6 +68,8 @@ def test_the_step_trace_accounts_for_every_step_and_token(measured):
         # never runs a request's last generated token
         assert sum(steps["tokens"][i] for i in worked) == row["counters"]["step_tokens"] - len(w.trace())
         assert sum(steps["gen"]) == sum(w.trace().output_len)  # every generated token, once
+        # the engine core's iteration details: each step's prompt tokens and decode requests make its tokens
+        assert all(steps["prefill_tokens"][i] + steps["decode_reqs"][i] == steps["tokens"][i] for i in worked)
         assert steps["t"] == sorted(steps["t"]) and 0 <= steps["t"][0] <= row["telemetry"]["duration_s"] + 1
         assert max(steps["running"]) <= 16
         assert {steps["mode"][i] for i in worked} == {0}  # the CPU build has no CUDA graphs: every step runs without

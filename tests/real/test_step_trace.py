@@ -30,3 +30,20 @@ def test_since_slices_and_shifts_time():
     cut = tr.since(2, t_origin=tr.cols["t"][2])
     assert cut["tokens"] == [2, 3, 4] and cut["mode"] == [1, 1, 1]
     assert cut["t"][0] == 0.0 and cut["t"] == sorted(cut["t"])
+
+
+def test_iteration_details_give_the_composition_and_the_tokens_where_no_cuda_graph_stats_come():
+    """vLLM 0.26's V2 model runner (its dense models) reports no CUDA-graph stats; the engine core's iteration
+    details still say what the step scheduled."""
+    tr = StepTrace()
+    details = SimpleNamespace(num_ctx_requests=3, num_ctx_tokens=240, num_generation_requests=97,
+                              num_generation_tokens=97)
+    tr.add(SimpleNamespace(cudagraph_stats=None, iteration_details=details, num_running_reqs=100), None)
+    tr.add(SimpleNamespace(cudagraph_stats=SimpleNamespace(num_unpadded_tokens=120, num_padded_tokens=128,
+                                                           runtime_mode="PIECEWISE"),
+                           iteration_details=SimpleNamespace(num_ctx_requests=1, num_ctx_tokens=20,
+                                                             num_generation_requests=100,
+                                                             num_generation_tokens=100)), None)
+    assert tr.cols["tokens"] == [337, 120] and tr.cols["mode"] == [-1, 1]
+    assert tr.cols["prefill_reqs"] == [3, 1] and tr.cols["prefill_tokens"] == [240, 20]
+    assert tr.cols["decode_reqs"] == [97, 100]
