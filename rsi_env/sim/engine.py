@@ -47,7 +47,7 @@ class SimResult:
     num_steps: int
     num_preemptions: int
     prefix_queries: int
-    prefix_hits: int
+    prefix_hits: int  # as vLLM's counters: a preempted request's return is counted apart (preempted_prefix_hits)
     kv_usage_peak: float
     busy_time: float
     running_time_integral: float
@@ -55,6 +55,7 @@ class SimResult:
     # Per step, as the real tier's step trace (`rsi_env.real.step_trace`): end time, tokens scheduled, running
     # requests after scheduling, tokens generated, CUDA-graph mode (0 none, 1 piecewise, 2 full).
     steps: dict[str, np.ndarray] | None = None
+    preempted_prefix_hits: int = 0  # cached tokens preempted requests found on their return (vLLM's preempted_hits)
 
 
 class EngineSim:
@@ -173,7 +174,7 @@ class EngineSim:
         arrivals_sorted = self.arrival[order] if not closed else None
         issued = min(closed, n) if closed else 0
         done = 0
-        steps = preemptions = queries = hits = 0
+        steps = preemptions = queries = hits = preempted_hits = 0
         tokens_total = 0
         kv_peak = 0
         busy = run_int = 0.0
@@ -399,6 +400,8 @@ class EngineSim:
                     if not self.was_preempted[i] and cfg.enable_prefix_caching:
                         queries += int(known[i])
                         hits += hg * bs
+                    elif cfg.enable_prefix_caching:
+                        preempted_hits += (hg + hp) * bs
                     start = (hg + hp) * bs
                     nn = int(known[i]) - start
                     if thr:
@@ -491,7 +494,7 @@ class EngineSim:
             output_len=self.out_len, generated=self.known - self.prompt, num_steps=steps,
             num_preemptions=preemptions, prefix_queries=queries,
             prefix_hits=hits, kv_usage_peak=kv_peak / usable, busy_time=busy, running_time_integral=run_int,
-            tokens_scheduled=tokens_total,
+            tokens_scheduled=tokens_total, preempted_prefix_hits=preempted_hits,
             steps={k: np.asarray(v, np.float64 if k == "t" else np.int64) for k, v in rec.items()},
         )
 
