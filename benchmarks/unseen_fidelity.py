@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in six sets.
+"""The simulator against real measurements no calibration has seen, in seven sets, and the held-out leases pooled.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -15,10 +15,17 @@
   sequences, Llama-3.2-1B at 4,096 tokens, Qwen2.5-7B with an fp8 KV cache at 384 and at 160 / 2,048, Mistral-7B
   at 64 / 2,048 and with fp8 weights, Qwen3-30B-A3B at 128 / 6,144 (a third time, with the final warm-up), at
   384 / 3,072 and with an fp8 KV cache at 256: 77 measurements.
+- ``heldout7``: `data/measurements/h200x2-vllm0.26/heldout_lease7.jsonl`, the seventh lease's, chosen before the
+  session's model change was fitted (step traces with each step's composition): Llama-3.1-8B at 128 sequences,
+  at 16,384 tokens, with an fp8 KV cache at 4,096 tokens and with fp8 weights at 512 sequences, Qwen2.5-7B at
+  512 / 4,096 and at 96 sequences, Mistral-7B at 256, Llama-3.2-1B at 256, Qwen3-30B-A3B at 512 sequences, at
+  160 / 2,048, at 12,288 tokens and at 128 / 6,144 (a fourth time; its ``short_long`` paused 2 s for a fused-MoE
+  JIT compile again): 83 measurements.
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
-calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload.
+calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload; last, the four held-out
+leases pooled (``heldout_pooled``).
 
 ``python benchmarks/unseen_fidelity.py [CALIBRATION.yaml ...]``
 """
@@ -42,6 +49,7 @@ EVALS = {"batching": ["real.jsonl"], "quantization": ["real.jsonl"], "prefix_cac
 HELDOUT = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease4.jsonl"
 HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease5.jsonl"
 HELDOUT6 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease6.jsonl"
+HELDOUT7 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease7.jsonl"
 
 
 def unseen_samples(task: str = "batching") -> list[Sample]:
@@ -65,8 +73,9 @@ def unseen_samples(task: str = "batching") -> list[Sample]:
 def main(argv: list[str]) -> int:
     hw = load_hardware("h200")
     sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
-            "heldout6": load_samples([HELDOUT6]), "quantization": unseen_samples("quantization"),
-            "prefix_cache": unseen_samples("prefix_cache")}
+            "heldout6": load_samples([HELDOUT6]), "heldout7": load_samples([HELDOUT7]),
+            "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
+    sets["heldout_pooled"] = [s for k in ("heldout", "heldout5", "heldout6", "heldout7") for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
