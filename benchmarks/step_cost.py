@@ -4,7 +4,7 @@ End-to-end errors mix the step cost with the queueing it drives (a step a little
 which slows every later step). This takes the queueing out: every real row whose step trace says what each step
 ran (its prompt requests and tokens and its decode requests: vLLM's iteration details, recorded since the seventh
 lease) is cut into groups of alike steps — by how vLLM ran them, one full CUDA graph, piecewise graphs or none,
-and by decode requests (`rsi_env.sim.step_groups`, the same groups the fit uses) — and each group's mean
+and by decode requests (`rsi_env.sim.step_groups`) — and each group's mean
 composition is priced by the simulator's cost model and set beside the group's median real time. Per model,
 CUDA-graph mode and decode-request bin it prints the steps' median real and priced times (each group weighted
 by its steps) and the median ratio.
@@ -28,7 +28,7 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
-from rsi_env.sim.step_groups import DECODE_BINS, price, step_groups
+from rsi_env.sim.step_groups import DECODE_BINS, decode_bin, price, step_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [ROOT / "data" / "measurements" / "h200x2-vllm0.26" / f for f in ("lease7.jsonl", "heldout_lease7.jsonl")]
@@ -55,8 +55,8 @@ def main(argv: list[str]) -> int:
             m, hw = load_model(row["model"]), load_hardware(row["hardware"])
             cost = StepCost(m, hw, EngineConfig.from_dict(row["flags"]).resolve(m, hw, row["vllm_version"]), cal)
             for g in step_groups(row):
-                lo = next(a for a, b in DECODE_BINS if a <= g.decode_reqs < b)
-                table[(row["model"], MODE_NAMES[g.mode], lo)].append((g.real_s, price(cost, g), g.n))
+                table[(row["model"], MODE_NAMES[g.mode], decode_bin(g.decode_reqs))].append(
+                    (g.real_s, price(cost, g), g.n))
     print(f"calibration {cal.id}")
     for (model, mode, lo), v in sorted(table.items()):
         a = np.asarray(v)

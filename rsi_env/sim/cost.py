@@ -205,7 +205,7 @@ class StepCost:
         return min(ctx, self._window) if self._window is not None else ctx
 
     @staticmethod
-    def chunk_pairs(new: int, ctx_before: int) -> float:
+    def chunk_pairs(new: float, ctx_before: float) -> float:
         """Causal (query, key) pairs of a prefill chunk of ``new`` tokens after ``ctx_before`` ones."""
         return new * ctx_before + new * (new + 1) / 2.0
 

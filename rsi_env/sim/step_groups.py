@@ -24,7 +24,7 @@ import numpy as np
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
 
-__all__ = ["DECODE_BINS", "StepGroup", "price", "step_groups"]
+__all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "step_groups"]
 
 DECODE_BINS = ((0, 32), (32, 64), (64, 128), (128, 192), (192, 256), (256, 384), (384, 1 << 20))
 # Short prompts, no shared prefix: a decode request's context is close to the workload's mean.
@@ -47,6 +47,11 @@ class StepGroup:
     decode_ctx: float  # context tokens each decode request reads (the workload's mean, see the module)
     real_s: float  # median time between a step's output and the previous one's
     n: int
+
+
+def decode_bin(decode_reqs: float) -> int:
+    """The lower edge of the `DECODE_BINS` bin that holds ``decode_reqs`` (a group's mean stays in its bin)."""
+    return next(a for a, b in DECODE_BINS if a <= decode_reqs < b)
 
 
 def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
@@ -72,8 +77,7 @@ def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
             mode = GRAPH_MODES["NONE"]
         else:
             mode = GRAPH_MODES["FULL"] if cols["prefill_reqs"][k] == 0 else GRAPH_MODES["PIECEWISE"]
-        lo = next(a for a, b in DECODE_BINS if a <= dec < b)
-        members[(mode, lo)].append(k)
+        members[(mode, decode_bin(dec))].append(k)
     out = []
     for (mode, _), idx in sorted(members.items()):
         if len(idx) < MIN_STEPS:
@@ -87,8 +91,7 @@ def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
 
 def price(cost: StepCost, g: StepGroup) -> float:
     """The cost model's time for a step of the group's mean composition."""
-    # chunk_pairs is exact arithmetic: a mean prompt length (a float) is as good an argument as an integer one
-    pairs = g.prefill_reqs * cost.chunk_pairs(g.prefill_tokens / g.prefill_reqs, 0) if g.prefill_reqs else 0.0  # type: ignore[arg-type]
+    pairs = g.prefill_reqs * cost.chunk_pairs(g.prefill_tokens / g.prefill_reqs, 0) if g.prefill_reqs else 0.0
     tokens = max(1, round(g.tokens))
     return cost.step_time(tokens, max(1, round(g.decode_reqs + g.prefill_reqs)), round(g.running),
                           g.decode_reqs * g.decode_ctx, pairs, 0.0, g.mode == GRAPH_MODES["FULL"],
