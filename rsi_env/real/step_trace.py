@@ -10,6 +10,9 @@ dense models on its V2 model runner, which reports no CUDA-graph stats: there th
 from the iteration details (prompt tokens plus decode requests), and its CUDA-graph mode stays unknown (-1).
 `StepTrace` keeps those, stamped with the time the frontend received the step's outputs: while the engine is
 busy, the gaps between stamps are its step times (as Vidur profiles operators, here the unit is the whole step).
+Beside that stamp, ``engine_itl`` is the median inter-token latency of the step's decode requests as the engine
+core timed them (vLLM stamps each step's outputs in the engine-core process; `IterationStats` takes the
+differences): where it differs from the frontend's gap, the frontend, not the engine, set the pace.
 
 A trace is kept in columns (lists of numbers), sliced per workload by `StepTrace.since`, and written in
 the driver's JSON row as ``steps``. The logger is built through `stat_logger_factory`, which imports vLLM
@@ -19,6 +22,7 @@ and a missing one is recorded as -1.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -27,7 +31,7 @@ from rsi_env.sim.cost import GRAPH_MODES
 __all__ = ["COLUMNS", "StepTrace", "stat_logger_factory"]
 
 COLUMNS = ("t", "tokens", "padded", "mode", "gen", "running", "waiting", "kv", "preempted", "prefill_reqs",
-           "prefill_tokens", "decode_reqs")
+           "prefill_tokens", "decode_reqs", "engine_itl")
 
 
 class StepTrace:
@@ -51,6 +55,7 @@ class StepTrace:
         tokens = getattr(cg, "num_unpadded_tokens", -1) if cg is not None else -1
         if tokens == -1 and ctx_tokens >= 0 and dec_tokens >= 0:
             tokens = ctx_tokens + dec_tokens
+        itls = list(getattr(iteration_stats, "inter_token_latencies_iter", None) or [])
         row = {
             "t": round(time.perf_counter() - self.t0, 6),
             "tokens": tokens,
@@ -63,6 +68,7 @@ class StepTrace:
             if scheduler_stats is not None else -1,
             "preempted": getattr(iteration_stats, "num_preempted_reqs", 0) if iteration_stats is not None else 0,
             "prefill_reqs": ctx_reqs, "prefill_tokens": ctx_tokens, "decode_reqs": dec_reqs,
+            "engine_itl": round(float(statistics.median(itls)), 6) if itls else -1,
         }
         for c in COLUMNS:
             self.cols[c].append(row[c])

@@ -73,6 +73,9 @@ def test_the_step_trace_accounts_for_every_step_and_token(measured):
         assert steps["t"] == sorted(steps["t"]) and 0 <= steps["t"][0] <= row["telemetry"]["duration_s"] + 1
         assert max(steps["running"]) <= 16
         assert {steps["mode"][i] for i in worked} == {0}  # the CPU build has no CUDA graphs: every step runs without
+        # the engine core's inter-token latencies: a decode step has one, positive and no longer than the run
+        itl = [steps["engine_itl"][i] for i in worked if steps["decode_reqs"][i] > 0]
+        assert itl and all(0 < x <= row["telemetry"]["duration_s"] for x in itl)
 
 
 def test_a_refused_config_is_a_result_with_vllms_message():

@@ -47,3 +47,12 @@ def test_iteration_details_give_the_composition_and_the_tokens_where_no_cuda_gra
     assert tr.cols["tokens"] == [337, 120] and tr.cols["mode"] == [-1, 1]
     assert tr.cols["prefill_reqs"] == [3, 1] and tr.cols["prefill_tokens"] == [240, 20]
     assert tr.cols["decode_reqs"] == [97, 100]
+
+
+def test_engine_itl_is_the_median_of_the_steps_engine_side_inter_token_latencies():
+    """The engine core's own stamps, beside the frontend's: where the frontend lags, the two differ."""
+    tr = StepTrace()
+    tr.add(SimpleNamespace(), SimpleNamespace(inter_token_latencies_iter=[0.010, 0.030, 0.011]))
+    tr.add(SimpleNamespace(), SimpleNamespace(inter_token_latencies_iter=[]))  # only first tokens: no decode
+    tr.add(SimpleNamespace(), None)
+    assert tr.cols["engine_itl"] == [0.011, -1, -1]
