@@ -4,13 +4,14 @@ End-to-end errors mix the step cost with the queueing it drives (a step a little
 which slows every later step). This takes the queueing out: every real row whose step trace says what each step
 ran (its prompt requests and tokens and its decode requests: vLLM's iteration details, recorded since the seventh
 lease) is cut into groups of alike steps — by how vLLM ran them, one full CUDA graph, piecewise graphs or none,
-and by decode requests (`rsi_env.sim.step_groups`) — and each group's mean
-composition is priced by the simulator's cost model and set beside the group's median real time. Per model,
+by decode requests, and by how the next step ran, whose launches share the gap under async scheduling
+(`rsi_env.sim.step_groups`) — and each group's mean composition is priced by the simulator's cost model and set
+beside the group's median real time. Per model,
 CUDA-graph mode and decode-request bin it prints the steps' median real and priced times (each group weighted
 by its steps) and the median ratio.
 
 ``python benchmarks/step_cost.py [CALIBRATION.yaml] [ROWS.jsonl ...]`` (default: the shipped calibration, the
-seventh lease's rows: its training rows and its held-out ones).
+seventh lease's rows, training and held out, and the eighth lease's).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from rsi_env.sim.cost import GRAPH_MODES, StepCost
 from rsi_env.sim.step_groups import DECODE_BINS, decode_bin, price, step_groups
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = [ROOT / "data" / "measurements" / "h200x2-vllm0.26" / f for f in ("lease7.jsonl", "heldout_lease7.jsonl")]
+ROWS = [ROOT / "data" / "measurements" / "h200x2-vllm0.26" / f
+        for f in ("lease7.jsonl", "heldout_lease7.jsonl", "lease8.jsonl")]
 MODE_NAMES = {code: name.lower() for name, code in GRAPH_MODES.items()}
 
 

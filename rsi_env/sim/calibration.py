@@ -52,7 +52,7 @@ class Calibration:
     piecewise_layer_s: float = 1.0e-5  # per layer, mixed batches (attention outside the CUDA graph)
     eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph (enforce_eager)
     uncaptured_layer_s: float = 3.0e-4  # per layer, CPU to launch a compiled model's batch above the largest CUDA
-    #                                     graph (overlaps the kernels: see StepCost._dispatch)
+    #                                     graph (overlaps the kernels: see StepCost.dispatch)
     uncaptured_moe_layer_s: float = 2.0e-4  # ... and per MoE layer on top (routing, sorting, the expert kernels'
     #                                         launches from Python)
     eager_allreduce_s: float = 5.0e-5  # per all-reduce launched outside a CUDA graph (tensor parallel, eager steps)

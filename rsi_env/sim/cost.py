@@ -118,7 +118,7 @@ class StepCost:
             t += (self._pp - 1) * (self.hw.interconnect_latency_s + tokens_padded * self._hidden_bytes / self._comm_rate)
         return t
 
-    def _overhead(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
+    def overhead(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
         """Device time every step adds to its kernels: fixed, per request and per token, and launch costs."""
         cal = self.cal
         t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens + self._quant_s
@@ -132,7 +132,7 @@ class StepCost:
             t += cal.piecewise_layer_s * self._layers
         return t
 
-    def _dispatch(self, num_tokens: int) -> float:
+    def dispatch(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
         """CPU time to launch a compiled model's step outside any CUDA graph (its pieces' Python wrappers).
 
         The GPU runs the launched kernels meanwhile, so this overlaps the kernels' own time, but not the
@@ -175,15 +175,21 @@ class StepCost:
         return mx(mx(kernels, dispatch) + overhead, cpu)
 
     # ---- a whole step --------------------------------------------------------------------------
+    def kernels(self, num_tokens: int, num_reqs: int, decode_ctx_tokens: float, prefill_pairs: float,
+                prefill_ctx_tokens: float) -> float:
+        """The GPU kernels' time of a step: its roofline pieces, on the CUDA-graph-padded token count."""
+        tp_ = self.padded(num_tokens)
+        return (self._linear(tp_, num_reqs) + self._comm(tp_)
+                + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
+                + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
+
     def step_time(self, num_tokens: int, num_reqs: int, num_running: int, decode_ctx_tokens: float,
                   prefill_pairs: float, prefill_ctx_tokens: float, uniform_decode: bool, num_new: int = 0) -> float:
         """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests."""
-        tp_ = self.padded(num_tokens)
-        kernels = (self._linear(tp_, num_reqs) + self._comm(tp_)
-                   + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
-                   + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
-        return float(self.combine(kernels, self._overhead(num_tokens, num_reqs, uniform_decode),
-                                  self._dispatch(num_tokens), self.cpu_time(num_running, num_new)))
+        kernels = self.kernels(num_tokens, num_reqs, decode_ctx_tokens, prefill_pairs, prefill_ctx_tokens)
+        return float(self.combine(kernels, self.overhead(num_tokens, num_reqs, uniform_decode),
+                                  self.dispatch(num_tokens, num_reqs, uniform_decode),
+                                  self.cpu_time(num_running, num_new)))
 
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
         """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.
@@ -197,7 +203,7 @@ class StepCost:
         if self._window is not None:
             ctx = np.minimum(ctx, batch * float(self._window))
         kernels = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
-        return np.asarray(self.combine(kernels, self._overhead(batch, batch, True), self._dispatch(batch),
+        return np.asarray(self.combine(kernels, self.overhead(batch, batch, True), self.dispatch(batch, batch, True),
                                        self.cpu_time(num_running)))
 
     def window(self, ctx: int) -> int:

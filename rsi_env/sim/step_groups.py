@@ -8,6 +8,13 @@ between: `price` prices a group's mean composition with `StepCost`, and ``benchm
 side by side per model. (Tried as targets of the timing fit beside the end-to-end numbers: no better on unseen
 measurements, so the fit does not use them.)
 
+With async scheduling (vLLM's default) the engine core schedules and launches step k+1 while the GPU runs step k,
+and only then emits step k's output: the CPU launches of a step outside a full CUDA graph show in the gap *before*
+its output (the eighth lease's traces: Llama-3.1-8B, a decode step followed by a piecewise one 15.0 ms then 6.0,
+decode steps alone 6.2 ms; the engine core's own inter-token latencies agree). So a group is keyed by the next
+step's mode as well, and `price` sets the next step's launches beside the group's kernels (its own without async
+scheduling).
+
 The trace does not carry each decode request's context: it is taken as the workload's mean prompt plus half its
 mean output. Workloads whose contexts that would misstate (long prompts, prefill chunks, shared prefixes) give no
 groups (`WORKLOADS`).
@@ -44,6 +51,9 @@ class StepGroup:
     prefill_reqs: float
     prefill_tokens: float
     running: float
+    next_mode: int  # how the next step ran (-1: none followed before the engine idled)
+    next_tokens: float  # the next step's mean tokens and requests (0 where none followed)
+    next_reqs: float
     decode_ctx: float  # context tokens each decode request reads (the workload's mean, see the module)
     real_s: float  # median time between a step's output and the previous one's
     n: int
@@ -68,31 +78,45 @@ def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
     t = np.asarray(steps["t"], dtype=float)
     cols = {c: np.asarray(steps[c], dtype=float) for c in ("tokens", "decode_reqs", "prefill_reqs",
                                                             "prefill_tokens", "running")}
-    members: dict[tuple[int, int], list[int]] = defaultdict(list)
+    def mode(k: int) -> int:
+        if cols["tokens"][k] > max_graph:
+            return GRAPH_MODES["NONE"]
+        return GRAPH_MODES["FULL"] if cols["prefill_reqs"][k] == 0 else GRAPH_MODES["PIECEWISE"]
+
+    def follows(k: int) -> bool:  # step k ran, right after the step before it (not after the engine idled)
+        return cols["tokens"][k] > 0 and cols["decode_reqs"][k] >= 0 and t[k] - t[k - 1] <= MAX_GAP_S
+
+    members: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     for k in range(1, len(t)):
-        tokens, dec = cols["tokens"][k], cols["decode_reqs"][k]
-        if tokens <= 0 or dec < 0 or t[k] - t[k - 1] > MAX_GAP_S:
-            continue
-        if tokens > max_graph:
-            mode = GRAPH_MODES["NONE"]
-        else:
-            mode = GRAPH_MODES["FULL"] if cols["prefill_reqs"][k] == 0 else GRAPH_MODES["PIECEWISE"]
-        members[(mode, decode_bin(dec))].append(k)
+        if follows(k):
+            nxt = mode(k + 1) if k + 1 < len(t) and follows(k + 1) else -1
+            members[(mode(k), decode_bin(cols["decode_reqs"][k]), nxt)].append(k)
     out = []
-    for (mode, _), idx in sorted(members.items()):
+    for (m, _, nxt), idx in sorted(members.items()):
         if len(idx) < MIN_STEPS:
             continue
         ix = np.asarray(idx)
         mean = {c: float(v[ix].mean()) for c, v in cols.items()}
-        out.append(StepGroup(mode, mean["tokens"], mean["decode_reqs"], mean["prefill_reqs"], mean["prefill_tokens"],
-                             mean["running"], ctx, float(np.median(t[ix] - t[ix - 1])), len(idx)))
+        after = {c: float(cols[c][ix + 1].mean()) if nxt >= 0 else 0.0 for c in ("tokens", "decode_reqs", "prefill_reqs")}
+        out.append(StepGroup(m, mean["tokens"], mean["decode_reqs"], mean["prefill_reqs"], mean["prefill_tokens"],
+                             mean["running"], nxt, after["tokens"], after["decode_reqs"] + after["prefill_reqs"], ctx,
+                             float(np.median(t[ix] - t[ix - 1])), len(idx)))
     return tuple(out)
 
 
 def price(cost: StepCost, g: StepGroup) -> float:
-    """The cost model's time for a step of the group's mean composition."""
+    """The cost model's time for the gap before the output of a step of the group's mean composition: its kernels
+    and the engine core's CPU work beside the launches of the next step (async scheduling) or its own."""
     pairs = g.prefill_reqs * cost.chunk_pairs(g.prefill_tokens / g.prefill_reqs, 0) if g.prefill_reqs else 0.0
-    tokens = max(1, round(g.tokens))
-    return cost.step_time(tokens, max(1, round(g.decode_reqs + g.prefill_reqs)), round(g.running),
-                          g.decode_reqs * g.decode_ctx, pairs, 0.0, g.mode == GRAPH_MODES["FULL"],
-                          round(g.prefill_reqs))
+    tokens, reqs = max(1, round(g.tokens)), max(1, round(g.decode_reqs + g.prefill_reqs))
+    full = g.mode == GRAPH_MODES["FULL"]
+    if not cost.cfg.async_scheduling:
+        launches = cost.dispatch(tokens, reqs, full)
+    elif g.next_mode < 0:
+        launches = 0.0
+    else:
+        launches = cost.dispatch(max(1, round(g.next_tokens)), max(1, round(g.next_reqs)),
+                                 g.next_mode == GRAPH_MODES["FULL"])
+    kernels = cost.kernels(tokens, reqs, g.decode_reqs * g.decode_ctx, pairs, 0.0)
+    return float(cost.combine(kernels, cost.overhead(tokens, reqs, full), launches,
+                              cost.cpu_time(round(g.running), round(g.prefill_reqs))))

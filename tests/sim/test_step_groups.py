@@ -29,13 +29,14 @@ def _row(steps: list[tuple[float, int, int, int, int]], workload: str = "many_sm
 
 def test_steps_are_grouped_by_how_vllm_ran_them_and_by_decode_requests():
     steps, t = [(0.0, 0, 1, 100, 1)], 0.0
-    for _ in range(MIN_STEPS):  # decode only, in a full graph: 6 ms
+    # each block's last step is followed by a step of another kind: a group of its own, too small to keep
+    for _ in range(MIN_STEPS + 1):  # decode only, in a full graph: 6 ms
         t += 0.006
         steps.append((t, 40, 0, 0, 40))
-    for _ in range(MIN_STEPS):  # 40 decodes and two prompts (240 tokens): piecewise, 9 ms
+    for _ in range(MIN_STEPS + 1):  # 40 decodes and two prompts (240 tokens): piecewise, 9 ms
         t += 0.009
         steps.append((t, 40, 2, 200, 42))
-    for _ in range(MIN_STEPS):  # 300 decodes and four prompts (700 tokens): past the largest graph, 40 ms
+    for _ in range(MIN_STEPS + 1):  # 300 decodes and four prompts (700 tokens): past the largest graph, 40 ms
         t += 0.040
         steps.append((t, 300, 4, 400, 304))
     t += 1.0  # the engine idle: not a step
@@ -51,6 +52,8 @@ def test_steps_are_grouped_by_how_vllm_ran_them_and_by_decode_requests():
     assert pw.real_s == pytest.approx(0.009) and pw.tokens == 240 and pw.n == MIN_STEPS
     assert none.real_s == pytest.approx(0.040) and none.tokens == 700 and none.n == MIN_STEPS  # the idle gap left out
     assert full.decode_ctx == pytest.approx(100 + 20 / 2)  # the workload's mean prompt plus half its output
+    assert (full.next_mode, pw.next_mode, none.next_mode) == (full.mode, pw.mode, none.mode)
+    assert none.next_tokens == 700 and none.next_reqs == 304
     # a smaller largest graph turns the piecewise steps into uncaptured ones
     assert {g.mode for g in step_groups(_row(steps, max_graph=128))} == {GRAPH_MODES["FULL"], GRAPH_MODES["NONE"]}
     # no groups where the trace has no compositions, or where the workload's contexts are not its mean's
@@ -63,10 +66,28 @@ def test_steps_are_grouped_by_how_vllm_ran_them_and_by_decode_requests():
 def test_a_group_is_priced_as_the_step_of_its_mean_composition():
     m, hw = load_model("llama-3.1-8b"), load_hardware("h200")
     cost = StepCost(m, hw, EngineConfig().resolve(m, hw, "0.26"), load_calibration("h200", "0.26"))
-    steps = [(0.0, 0, 1, 100, 1)] + [(0.01 * (k + 1), 300, 4, 400, 304) for k in range(MIN_STEPS)]
-    (g,) = step_groups(_row(steps))
+    steps = [(0.0, 0, 1, 100, 1)] + [(0.01 * (k + 1), 300, 4, 400, 304) for k in range(MIN_STEPS + 1)]
+    (g,) = step_groups(_row(steps))  # the last step, followed by none, is a group too small to keep
     expected = cost.step_time(700, 304, 304, 300 * g.decode_ctx, 4 * cost.chunk_pairs(100, 0), 0.0, False, 4)
     assert price(cost, g) == pytest.approx(expected)
+
+
+def test_with_async_scheduling_a_step_is_priced_beside_the_next_steps_launches():
+    """vLLM launches step k+1 before it emits step k's output: a decode step followed by one past the largest CUDA
+    graph takes that step's launches into its own gap; without async scheduling each step pays its own."""
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h200")
+    cal = load_calibration("h200", "0.26")
+    decode = [(0.006 * (k + 1), 300, 0, 0, 300) for k in range(MIN_STEPS + 2)]
+    alternating = [(0.02 * (k + 1), 300, 0, 0, 300) if k % 2 == 0 else (0.02 * (k + 1), 300, 4, 400, 304)
+                   for k in range(2 * MIN_STEPS + 2)]
+    groups = {(g.mode, g.next_mode): g for g in step_groups(_row(alternating))}
+    before_uncaptured = groups[(GRAPH_MODES["FULL"], GRAPH_MODES["NONE"])]
+    (alone,) = [g for g in step_groups(_row(decode)) if g.next_mode == GRAPH_MODES["FULL"]]
+    for flag, shifted in ((True, True), (False, False)):
+        cost = StepCost(m, hw, EngineConfig(async_scheduling=flag).resolve(m, hw, "0.26"), cal)
+        launches = cost.dispatch(700, 304, False)
+        assert launches > 0.005  # an uncaptured step's launches: milliseconds
+        assert (price(cost, before_uncaptured) > price(cost, alone) + 0.5 * launches) is shifted
 
 
 def test_the_seventh_leases_dense_traces_have_groups_of_every_mode():
