@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in seven sets, and the held-out leases pooled.
+"""The simulator against real measurements no calibration has seen, in eight sets, and the held-out leases pooled.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -21,6 +21,11 @@
   512 / 4,096 and at 96 sequences, Mistral-7B at 256, Llama-3.2-1B at 256, Qwen3-30B-A3B at 512 sequences, at
   160 / 2,048, at 12,288 tokens and at 128 / 6,144 (a fourth time; its ``short_long`` paused 2 s for a fused-MoE
   JIT compile again): 83 measurements.
+
+- ``heldout9``: `data/measurements/h200-vllm0.26/heldout_lease9.jsonl`, the ninth lease's (the one-H200 host):
+  Llama-3.1-8B under vLLM's defaults, with CUDA graphs captured up to 2,048 tokens, and both without async
+  scheduling, each on closed loops of `many_small`'s requests at 128, 256, 384 and 512 users: 16 measurements.
+  Not in the pool: another host, measured after this session's refit.
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
@@ -50,6 +55,7 @@ HELDOUT = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease4.j
 HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease5.jsonl"
 HELDOUT6 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease6.jsonl"
 HELDOUT7 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease7.jsonl"
+HELDOUT9 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease9.jsonl"
 
 
 def unseen_samples(task: str = "batching") -> list[Sample]:
@@ -74,6 +80,7 @@ def main(argv: list[str]) -> int:
     hw = load_hardware("h200")
     sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
             "heldout6": load_samples([HELDOUT6]), "heldout7": load_samples([HELDOUT7]),
+            "heldout9": load_samples([HELDOUT9]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     sets["heldout_pooled"] = [s for k in ("heldout", "heldout5", "heldout6", "heldout7") for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
