@@ -132,7 +132,7 @@ class StepCost:
             t += cal.piecewise_layer_s * self._layers
         return t
 
-    def dispatch(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
+    def dispatch(self, num_tokens: int) -> float:
         """CPU time to launch a compiled model's step outside any CUDA graph (its pieces' Python wrappers).
 
         The GPU runs the launched kernels meanwhile, so this overlaps the kernels' own time, but not the
@@ -188,8 +188,7 @@ class StepCost:
         """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests."""
         kernels = self.kernels(num_tokens, num_reqs, decode_ctx_tokens, prefill_pairs, prefill_ctx_tokens)
         return float(self.combine(kernels, self.overhead(num_tokens, num_reqs, uniform_decode),
-                                  self.dispatch(num_tokens, num_reqs, uniform_decode),
-                                  self.cpu_time(num_running, num_new)))
+                                  self.dispatch(num_tokens), self.cpu_time(num_running, num_new)))
 
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
         """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.
@@ -203,7 +202,7 @@ class StepCost:
         if self._window is not None:
             ctx = np.minimum(ctx, batch * float(self._window))
         kernels = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
-        return np.asarray(self.combine(kernels, self.overhead(batch, batch, True), self.dispatch(batch, batch, True),
+        return np.asarray(self.combine(kernels, self.overhead(batch, batch, True), self.dispatch(batch),
                                        self.cpu_time(num_running)))
 
     def window(self, ctx: int) -> int:

@@ -52,8 +52,7 @@ class StepGroup:
     prefill_tokens: float
     running: float
     next_mode: int  # how the next step ran (-1: none followed before the engine idled)
-    next_tokens: float  # the next step's mean tokens and requests (0 where none followed)
-    next_reqs: float
+    next_tokens: float  # the next step's mean tokens (0 where none followed)
     decode_ctx: float  # context tokens each decode request reads (the workload's mean, see the module)
     real_s: float  # median time between a step's output and the previous one's
     n: int
@@ -97,10 +96,9 @@ def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
             continue
         ix = np.asarray(idx)
         mean = {c: float(v[ix].mean()) for c, v in cols.items()}
-        after = {c: float(cols[c][ix + 1].mean()) if nxt >= 0 else 0.0 for c in ("tokens", "decode_reqs", "prefill_reqs")}
+        next_tokens = float(cols["tokens"][ix + 1].mean()) if nxt >= 0 else 0.0
         out.append(StepGroup(m, mean["tokens"], mean["decode_reqs"], mean["prefill_reqs"], mean["prefill_tokens"],
-                             mean["running"], nxt, after["tokens"], after["decode_reqs"] + after["prefill_reqs"], ctx,
-                             float(np.median(t[ix] - t[ix - 1])), len(idx)))
+                             mean["running"], nxt, next_tokens, ctx, float(np.median(t[ix] - t[ix - 1])), len(idx)))
     return tuple(out)
 
 
@@ -111,12 +109,9 @@ def price(cost: StepCost, g: StepGroup) -> float:
     tokens, reqs = max(1, round(g.tokens)), max(1, round(g.decode_reqs + g.prefill_reqs))
     full = g.mode == GRAPH_MODES["FULL"]
     if not cost.cfg.async_scheduling:
-        launches = cost.dispatch(tokens, reqs, full)
-    elif g.next_mode < 0:
-        launches = 0.0
+        launches = cost.dispatch(tokens)
     else:
-        launches = cost.dispatch(max(1, round(g.next_tokens)), max(1, round(g.next_reqs)),
-                                 g.next_mode == GRAPH_MODES["FULL"])
+        launches = cost.dispatch(round(g.next_tokens)) if g.next_mode >= 0 else 0.0
     kernels = cost.kernels(tokens, reqs, g.decode_reqs * g.decode_ctx, pairs, 0.0)
     return float(cost.combine(kernels, cost.overhead(tokens, reqs, full), launches,
                               cost.cpu_time(round(g.running), round(g.prefill_reqs))))

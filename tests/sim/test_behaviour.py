@@ -141,12 +141,12 @@ def test_moe_prefill_pays_the_fused_moe_rate_and_its_uncaptured_launches():
     decode = (8, 8, 8, 8 * 1000.0, 0.0, 0.0, True)
     assert moe.step_time(*decode) < 1.05 * moe_ideal.step_time(*decode)
     m = load_model("qwen3-30b-a3b")
-    extra = moe.dispatch(600, 64, False) - moe_ideal.dispatch(600, 64, False)
+    extra = moe.dispatch(600) - moe_ideal.dispatch(600)
     assert extra == pytest.approx(cal.uncaptured_moe_layer_s * m.num_moe_layers)
-    assert moe.dispatch(256, 64, False) == moe_ideal.dispatch(256, 64, False) == 0.0  # captured: no launches from Python
+    assert moe.dispatch(256) == moe_ideal.dispatch(256) == 0.0  # captured: no launches from Python
     dense, dense_ideal = cost("llama-3.1-8b", cal), cost("llama-3.1-8b", ideal)
     assert dense.step_time(*prefill) == dense_ideal.step_time(*prefill)
-    assert dense.dispatch(600, 64, False) == dense_ideal.dispatch(600, 64, False)
+    assert dense.dispatch(600) == dense_ideal.dispatch(600)
 
 
 def test_a_closed_loop_client_sends_its_next_request_a_front_end_round_trip_later():
@@ -189,7 +189,7 @@ def test_uncaptured_launches_share_the_engine_core_thread_on_one_gpu():
     one_busier = StepCost(m, hw, EngineConfig().resolve(m, hw, "0.26"), busier)
     tp2_busier = StepCost(m, hw, EngineConfig(tensor_parallel_size=2).resolve(m, hw, "0.26"), busier)
     uncaptured = (600, 600, 600, 600 * 500.0, 0.0, 0.0, True)  # 600 decodes: above the largest graph (512)
-    dispatch = one.dispatch(600, 64, False)
+    dispatch = one.dispatch(600)
     assert dispatch == pytest.approx(32e-3)
     # One process: launching and the engine core's work are serial, 5 ms more CPU is 5 ms more step.
     assert one_busier.step_time(*uncaptured) - one.step_time(*uncaptured) == pytest.approx(5e-3)
@@ -197,5 +197,5 @@ def test_uncaptured_launches_share_the_engine_core_thread_on_one_gpu():
     # Two processes: the workers launch; the engine core's CPU hides under the step.
     assert tp2_busier.step_time(*uncaptured) == tp2.step_time(*uncaptured)
     captured = (256, 256, 256, 256 * 500.0, 0.0, 0.0, True)
-    assert one.dispatch(256, 64, False) == 0.0
+    assert one.dispatch(256) == 0.0
     assert one_busier.step_time(*captured) - one.step_time(*captured) <= 5e-3
