@@ -22,6 +22,12 @@
   160 / 2,048, at 12,288 tokens and at 128 / 6,144 (a fourth time; its ``short_long`` paused 2 s for a fused-MoE
   JIT compile again): 83 measurements.
 
+- ``heldout10``: `data/measurements/h200x2-vllm0.26/heldout_lease10.jsonl`, the tenth lease's: the four frozen
+  workloads under their own Poisson arrivals (what `rsi-env simulate` users run), chosen before this session's
+  fit was picked: Llama-3.1-8B's defaults (twice), at 256 / 4,096 and with an fp8 KV cache at 512 sequences,
+  Qwen2.5-7B's defaults and at 128 sequences, Mistral-7B at 4,096 tokens and Llama-3.2-1B's defaults: 32
+  measurements.
+
 - ``heldout9``: `data/measurements/h200-vllm0.26/heldout_lease9.jsonl`, the ninth lease's (the one-H200 host):
   Llama-3.1-8B under vLLM's defaults, with CUDA graphs captured up to 2,048 tokens, and both without async
   scheduling, each on closed loops of `many_small`'s requests at 128, 256, 384 and 512 users: 16 measurements.
@@ -29,8 +35,8 @@
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
-calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload; last, the four held-out
-leases pooled (``heldout_pooled``).
+calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload; last, the held-out
+leases of the two-GPU host pooled (``heldout_pooled``: 4, 5, 6, 7 and 10).
 
 ``python benchmarks/unseen_fidelity.py [CALIBRATION.yaml ...]``
 """
@@ -55,6 +61,7 @@ HELDOUT = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease4.j
 HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease5.jsonl"
 HELDOUT6 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease6.jsonl"
 HELDOUT7 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease7.jsonl"
+HELDOUT10 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease10.jsonl"
 HELDOUT9 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease9.jsonl"
 
 
@@ -80,9 +87,9 @@ def main(argv: list[str]) -> int:
     hw = load_hardware("h200")
     sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
             "heldout6": load_samples([HELDOUT6]), "heldout7": load_samples([HELDOUT7]),
-            "heldout9": load_samples([HELDOUT9]),
+            "heldout10": load_samples([HELDOUT10]), "heldout9": load_samples([HELDOUT9]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
-    sets["heldout_pooled"] = [s for k in ("heldout", "heldout5", "heldout6", "heldout7") for s in sets[k]]
+    sets["heldout_pooled"] = [s for k in ("heldout", "heldout5", "heldout6", "heldout7", "heldout10") for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
