@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in eight sets, and the held-out leases pooled.
+"""The simulator against real measurements no calibration has seen, in eleven sets, and the held-out leases pooled.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -28,6 +28,13 @@
   Qwen2.5-7B's defaults and at 128 sequences, Mistral-7B at 4,096 tokens and Llama-3.2-1B's defaults: 32
   measurements.
 
+- ``heldout12``: `data/measurements/h200x2-vllm0.26/heldout_lease12.jsonl`, the twelfth lease's: the tenth's
+  protocol with one engine at a time on that host (every earlier lease there ran two side by side): Llama-3.1-8B's
+  defaults twice and Qwen2.5-7B's: 12 measurements.
+- ``heldout11``: `data/measurements/h200-vllm0.26/heldout_lease11.jsonl`, the eleventh lease's (the one-H200 host):
+  four of the tenth lease's configurations on the same workloads (Llama-3.1-8B's defaults and 256 / 4,096,
+  Qwen2.5-7B's defaults, Mistral-7B at 4,096 tokens): 16 measurements. Not in the pool: another host.
+
 - ``heldout9``: `data/measurements/h200-vllm0.26/heldout_lease9.jsonl`, the ninth lease's (the one-H200 host):
   Llama-3.1-8B under vLLM's defaults, with CUDA graphs captured up to 2,048 tokens, and both without async
   scheduling, each on closed loops of `many_small`'s requests at 128, 256, 384 and 512 users: 16 measurements.
@@ -35,8 +42,9 @@
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
-calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload; last, the held-out
-leases of the two-GPU host pooled (``heldout_pooled``: 4, 5, 6, 7 and 10).
+calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload, the held-out leases of the
+two-GPU host pooled last (``heldout_pooled``: 4, 5, 6, 7, 10 and 12); then the real engine against itself (every
+pair of held-out runs of one configuration and workload, on one host or across the two: `real_against_itself`).
 
 ``python benchmarks/unseen_fidelity.py [CALIBRATION.yaml ...]``
 """
@@ -62,6 +70,8 @@ HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease5.
 HELDOUT6 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease6.jsonl"
 HELDOUT7 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease7.jsonl"
 HELDOUT10 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease10.jsonl"
+HELDOUT11 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease11.jsonl"
+HELDOUT12 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease12.jsonl"
 HELDOUT9 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease9.jsonl"
 
 
@@ -83,13 +93,40 @@ def unseen_samples(task: str = "batching") -> list[Sample]:
     return out
 
 
+def real_against_itself(files: dict[str, list[Path]]) -> dict[str, dict[str, float | int]]:
+    """The real engine's own spread: every pair of real runs of one (model, flags, workload), same host or not.
+
+    ``files`` maps a host to its held-out rows. A pair's error is the mean of both directions' absolute
+    percentage error (either run taken as the prediction of the other), per metric; averaged over pairs, by
+    whether the two runs shared a host, overall and per workload. No simulator can be expected to land closer to
+    a fresh measurement than another measurement of the same configuration does.
+    """
+    runs: dict[tuple[str, str, str], list[tuple[str, Telemetry]]] = {}
+    for host, paths in files.items():
+        for s in load_samples([p for p in paths]):
+            runs.setdefault((s.model, s.config_key, s.workload.name), []).append((host, s.real))
+    errs: dict[str, dict[str, list[float]]] = {}
+    for (_, _, wl), got in runs.items():
+        for i, (ha, a) in enumerate(got):
+            for hb, b in got[i + 1:]:
+                kind = "same_host" if ha == hb else "across_hosts"
+                for key in (kind, f"{kind}:{wl}"):
+                    for f in ("out_tok_per_s", "ttft_p50", "tpot_p50"):
+                        x, y = getattr(a, f), getattr(b, f)
+                        errs.setdefault(key, {}).setdefault(f, []).append(0.5 * (abs(x / y - 1) + abs(y / x - 1)))
+    return {k: {"pairs": len(v["out_tok_per_s"]), **{f"{f}_mape": round(sum(e) / len(e), 4) for f, e in v.items()}}
+            for k, v in sorted(errs.items())}
+
+
 def main(argv: list[str]) -> int:
     hw = load_hardware("h200")
     sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
             "heldout6": load_samples([HELDOUT6]), "heldout7": load_samples([HELDOUT7]),
-            "heldout10": load_samples([HELDOUT10]), "heldout9": load_samples([HELDOUT9]),
+            "heldout10": load_samples([HELDOUT10]), "heldout12": load_samples([HELDOUT12]),
+            "heldout11": load_samples([HELDOUT11]), "heldout9": load_samples([HELDOUT9]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
-    sets["heldout_pooled"] = [s for k in ("heldout", "heldout5", "heldout6", "heldout7", "heldout10") for s in sets[k]]
+    sets["heldout_pooled"] = [s for k in ("heldout", "heldout5", "heldout6", "heldout7", "heldout10",
+                                                                   "heldout12") for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
@@ -104,6 +141,8 @@ def main(argv: list[str]) -> int:
                     by.setdefault(row["workload"], []).append(abs(row["sim_ttft_p50"] / row["real_ttft_p50"] - 1))
             print(json.dumps({"set": name, "calibration": cal.id, "ttft_p50_mape_by_workload": {
                 w: round(sum(v) / len(v), 4) for w, v in sorted(by.items())}}))
+    hosts = {"h200x2": [HELDOUT, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT10, HELDOUT12], "h200": [HELDOUT9, HELDOUT11]}
+    print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
     return 0
 
 
