@@ -37,6 +37,7 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
+from rsi_env.real.host import host_info
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.schedule import run_schedule
 from rsi_env.real.step_trace import StepTrace, stat_logger_factory
@@ -224,6 +225,7 @@ async def _main_async(args: argparse.Namespace) -> int:
                                        stat_loggers=[stat_logger_factory(steps)])
     startup = time.perf_counter() - t_start
     resolved = _resolved(engine.vllm_config)
+    host = host_info()
     print(json.dumps({"startup_s": startup, "resolved": resolved}), flush=True)
     try:
         # Warm-up: first-use effects (kernel JIT per batch shape) stay out of the measurement.
@@ -250,7 +252,7 @@ async def _main_async(args: argparse.Namespace) -> int:
                 "resolved": resolved, "workload": w.name, "workload_hash": w.content_hash,
                 "workload_spec": w.to_dict(), "vllm_version": vllm.__version__, "startup_s": startup,
                 "wall_s": time.perf_counter() - t_w, "counters": c, "telemetry": tel.to_dict(),
-                "hardware": args.hardware, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "hardware": args.hardware, "host": host, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "requests": {"arrival_s": timings.arrival.round(6).tolist(),
                              "first_token_s": timings.first_token.round(6).tolist(),
                              "finish_s": timings.finish.round(6).tolist()},

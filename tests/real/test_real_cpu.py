@@ -52,6 +52,7 @@ def test_real_telemetry_from_one_engine_start(measured):
     row = tier.last_rows[0]
     assert row["resolved"]["block_size"] == 128 and row["vllm_version"] == installed_vllm_version()
     assert len(row["counters"]["output_token_ids"]["0"]) == 8  # greedy outputs kept for the output guard
+    assert row["host"]["cpu"] and row["host"]["cpus_usable"] >= 1 and row["host"]["gpus"] == []  # where it ran
     assert not _left_over(tier)
 
 

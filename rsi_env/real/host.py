@@ -1,0 +1,72 @@
+"""What machine a real measurement ran on: its CPU, the cores the driver could use, its GPUs.
+
+The same configuration of the same vLLM on the same GPU model measures differently on different hosts: the
+engine core's CPU work (scheduling, launching steps outside CUDA graphs) is on the host's CPU, and a workload at
+its tipping point amplifies a few percent of step time into a different steady state (the tenth and eleventh
+leases: Llama-3.1-8B's `many_small` at TPOT p50 23-45 ms on one host kind, 10-13 ms on the other, with the same
+driver and flags). Every real row therefore says where it was measured (``host``), so that rows of one host can be
+told from another's when a calibration is fitted or an error is read. Names are hashed: a row identifies a host,
+it does not publish its name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+__all__ = ["host_info"]
+
+
+def _cpu_model(cpuinfo: str) -> str:
+    """The first ``model name`` of ``/proc/cpuinfo`` (``platform.processor()`` where there is none)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return value.strip()
+    return platform.processor() or platform.machine()
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _short_hash(text: str) -> str | None:
+    return hashlib.sha256(text.encode()).hexdigest()[:12] if text.strip() else None
+
+
+def _gpu_names() -> list[str]:
+    """The host's NVIDIA GPUs by ``nvidia-smi`` (none where it is missing or fails): asking CUDA itself would
+    initialise it in the driver's process, before vLLM starts its own."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def host_info() -> dict[str, Any]:
+    """The measuring host: CPU model, logical CPUs and those this process may run on, the GPUs and those visible
+    to it, Python and the OS, and hashes of the host name and machine id."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 0
+    return {
+        "cpu": _cpu_model(_read("/proc/cpuinfo")),
+        "cpus": os.cpu_count() or 0,
+        "cpus_usable": usable,
+        "gpus": _gpu_names(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "node": _short_hash(platform.node()),
+        "machine_id": _short_hash(_read("/etc/machine-id")),
+    }
