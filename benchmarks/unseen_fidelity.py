@@ -31,6 +31,7 @@
 - ``heldout12``: `data/measurements/h200x2-vllm0.26/heldout_lease12.jsonl`, the twelfth lease's: the tenth's
   protocol with one engine at a time on that host (every earlier lease there ran two side by side): Llama-3.1-8B's
   defaults twice and Qwen2.5-7B's: 12 measurements.
+
 - ``heldout11``: `data/measurements/h200-vllm0.26/heldout_lease11.jsonl`, the eleventh lease's (the one-H200 host):
   four of the tenth lease's configurations on the same workloads (Llama-3.1-8B's defaults and 256 / 4,096,
   Qwen2.5-7B's defaults, Mistral-7B at 4,096 tokens): 16 measurements. Not in the pool: another host.
@@ -125,8 +126,8 @@ def main(argv: list[str]) -> int:
             "heldout10": load_samples([HELDOUT10]), "heldout12": load_samples([HELDOUT12]),
             "heldout11": load_samples([HELDOUT11]), "heldout9": load_samples([HELDOUT9]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
-    sets["heldout_pooled"] = [s for k in ("heldout", "heldout5", "heldout6", "heldout7", "heldout10",
-                                                                   "heldout12") for s in sets[k]]
+    pooled = ("heldout", "heldout5", "heldout6", "heldout7", "heldout10", "heldout12")
+    sets["heldout_pooled"] = [s for k in pooled for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
