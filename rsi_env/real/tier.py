@@ -33,7 +33,7 @@ from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.real.policy_keys import write_policy_keys
-from rsi_env.store.record import record_measurements
+from rsi_env.store.record import REAL_EXTRAS, record_measurements
 
 if TYPE_CHECKING:
     from rsi_env.sim.policy_hook import PolicyKeys
@@ -176,7 +176,7 @@ class RealTier:
         # Into the experience store: what vLLM resolved, its start-up, and the GPU time really held (start included).
         record_measurements("real", self.engine_version, cfg, spec, hw, wls, out,
                             resolved=[by_name.get(w.name, {}).get("resolved") for w in wls],
-                            extras=[{k: by_name.get(w.name, {}).get(k) for k in ("startup_s", "wall_s", "counters")}
+                            extras=[{k: by_name.get(w.name, {}).get(k) for k in REAL_EXTRAS}
                                     for w in wls],
                             gpu_seconds=[held_s * cfg.tensor_parallel_size * cfg.pipeline_parallel_size
                                          * cfg.data_parallel_size / len(wls)] * len(wls))

@@ -30,8 +30,12 @@ from rsi_env.engine.workload import Workload
 from rsi_env.errors import StoreError
 from rsi_env.store.db import ExperienceStore, default_store_url, now, parse_store_url
 
-__all__ = ["config_key", "current_source", "default_store", "hardware_features", "measurement_rows",
+__all__ = ["REAL_EXTRAS", "config_key", "current_source", "default_store", "hardware_features", "measurement_rows",
            "record_episode", "record_measurements", "recording", "workload_stats"]
+
+# What a real measurement keeps beside its telemetry (the ``extra`` column): its engine's start-up, its own wall
+# time, vLLM's counters, the usage context and the machine it ran on (`rsi_env.real.host`).
+REAL_EXTRAS = ("startup_s", "wall_s", "counters", "usage_context", "host")
 
 _SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsi_env_store_source", default=None)
 _EPISODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsi_env_store_episode", default=None)

@@ -24,7 +24,7 @@ from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import StoreError
 from rsi_env.store.db import CALIBRATION_COLUMNS, EPISODE_COLUMNS, JSON_COLUMNS, MEASUREMENT_COLUMNS, ExperienceStore
-from rsi_env.store.record import measurement_rows
+from rsi_env.store.record import REAL_EXTRAS, measurement_rows
 
 __all__ = ["driver_rows", "export_store", "import_files"]
 
@@ -108,7 +108,7 @@ def driver_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         gpus = cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
         gs = (float(raw.get("wall_s") or tel.duration_s) + startup) * gpus
         row = measurement_rows("real", raw["vllm_version"], cfg, model, hw, [w], [tel], resolved=[raw.get("resolved")],
-                               extras=[{k: raw.get(k) for k in ("startup_s", "wall_s", "counters", "usage_context")}],
+                               extras=[{k: raw.get(k) for k in REAL_EXTRAS}],
                                gpu_seconds=[gs])[0]
         row["uid"] = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:32]
         row["created"] = _when(raw.get("when"))

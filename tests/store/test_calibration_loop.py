@@ -72,3 +72,15 @@ def test_calibrate_from_an_empty_store_says_what_to_do(tmp_path, capsys):
 def test_calibrate_needs_a_source(argv, capsys):
     assert main(argv) == 2
     assert "--from-store" in capsys.readouterr().err
+
+
+def test_an_imported_row_keeps_the_machine_it_was_measured_on(tmp_path):
+    raw = json.loads((DATA / "h200-vllm0.26" / "llama8b.jsonl").read_text().splitlines()[0])
+    raw["host"] = {"cpu": "Intel(R) Xeon(R) Processor", "cpus": 32, "cpus_usable": 16, "gpus": ["NVIDIA H200"]}
+    f = tmp_path / "one.jsonl"
+    f.write_text(json.dumps(raw) + "\n")
+    st = ExperienceStore(str(tmp_path / "s.sqlite"))
+    assert import_files(st, [f])["measurement"] == 1
+    (row,) = st.measurements("tier = 'real'")
+    extra = row["extra"] if isinstance(row["extra"], dict) else json.loads(row["extra"])
+    assert extra["host"] == raw["host"] and extra["startup_s"] == raw["startup_s"]
