@@ -20,7 +20,8 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "measurements"
 
 def _subset(tmp_path: Path) -> Path:
     """Llama-3.2-1B and every model's defaults: enough configurations to split, quick to fit."""
-    lines = [x for f in sorted((DATA / "h200-vllm0.26").glob("*.jsonl")) for x in f.read_text().splitlines()
+    files = sorted(f for f in (DATA / "h200-vllm0.26").glob("*.jsonl") if not f.name.startswith("heldout"))
+    lines = [x for f in files for x in f.read_text().splitlines()
              if x.strip() and (json.loads(x)["model"] == "llama-3.2-1b" or json.loads(x)["flags"] == {})]
     out = tmp_path / "subset.jsonl"
     out.write_text("\n".join(lines) + "\n")
