@@ -94,17 +94,17 @@ def unseen_samples(task: str = "batching") -> list[Sample]:
     return out
 
 
-def real_against_itself(files: dict[str, list[Path]]) -> dict[str, dict[str, float | int]]:
+def real_against_itself(hosts: dict[str, list[Sample]]) -> dict[str, dict[str, float | int]]:
     """The real engine's own spread: every pair of real runs of one (model, flags, workload), same host or not.
 
-    ``files`` maps a host to its held-out rows. A pair's error is the mean of both directions' absolute
+    ``hosts`` maps a host to its held-out samples. A pair's error is the mean of both directions' absolute
     percentage error (either run taken as the prediction of the other), per metric; averaged over pairs, by
     whether the two runs shared a host, overall and per workload. No simulator can be expected to land closer to
     a fresh measurement than another measurement of the same configuration does.
     """
     runs: dict[tuple[str, str, str], list[tuple[str, Telemetry]]] = {}
-    for host, paths in files.items():
-        for s in load_samples([p for p in paths]):
+    for host, samples in hosts.items():
+        for s in samples:
             runs.setdefault((s.model, s.config_key, s.workload.name), []).append((host, s.real))
     errs: dict[str, dict[str, list[float]]] = {}
     for (_, _, wl), got in runs.items():
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
                     by.setdefault(row["workload"], []).append(abs(row["sim_ttft_p50"] / row["real_ttft_p50"] - 1))
             print(json.dumps({"set": name, "calibration": cal.id, "ttft_p50_mape_by_workload": {
                 w: round(sum(v) / len(v), 4) for w, v in sorted(by.items())}}))
-    hosts = {"h200x2": [HELDOUT, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT10, HELDOUT12], "h200": [HELDOUT9, HELDOUT11]}
+    hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["heldout9"] + sets["heldout11"]}
     print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
     return 0
 

@@ -83,5 +83,4 @@ def test_an_imported_row_keeps_the_machine_it_was_measured_on(tmp_path):
     st = ExperienceStore(str(tmp_path / "s.sqlite"))
     assert import_files(st, [f])["measurement"] == 1
     (row,) = st.measurements("tier = 'real'")
-    extra = row["extra"] if isinstance(row["extra"], dict) else json.loads(row["extra"])
-    assert extra["host"] == raw["host"] and extra["startup_s"] == raw["startup_s"]
+    assert row["extra"]["host"] == raw["host"] and row["extra"]["startup_s"] == raw["startup_s"]
