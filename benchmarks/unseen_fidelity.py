@@ -36,16 +36,18 @@
   four of the tenth lease's configurations on the same workloads (Llama-3.1-8B's defaults and 256 / 4,096,
   Qwen2.5-7B's defaults, Mistral-7B at 4,096 tokens): 16 measurements. Not in the pool: another host.
 
-- ``heldout9``: `data/measurements/h200-vllm0.26/heldout_lease9.jsonl`, the ninth lease's (the one-H200 host):
-  Llama-3.1-8B under vLLM's defaults, with CUDA graphs captured up to 2,048 tokens, and both without async
-  scheduling, each on closed loops of `many_small`'s requests at 128, 256, 384 and 512 users: 16 measurements.
-  Not in the pool: another host, measured after this session's refit.
+- ``heldout14``: `data/measurements/h200-vllm0.26/heldout_lease14.jsonl`, the fourteenth lease's (the one-H200
+  host), chosen and measured before the host stage it tests was fitted: Llama-3.1-8B's defaults and at 2,048
+  batched tokens, Qwen2.5-7B at 256 / 4,096 and Mistral-7B with an fp8 KV cache: 16 measurements. ``one_h200``
+  pools it with ``heldout11``: the host the shipped calibration's host stage is for (its runs: the ninth lease's
+  closed loops and the thirteenth's, `data/measurements/h200-vllm0.26/lease{9,13}.jsonl`).
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
 calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by workload, the held-out leases of the
-two-GPU host pooled last (``heldout_pooled``: 4, 5, 6, 7, 10 and 12); then the real engine against itself (every
-pair of held-out runs of one configuration and workload, on one host or across the two: `real_against_itself`).
+two-GPU host pooled (``heldout_pooled``: 4, 5, 6, 7, 10 and 12) and the one-H200 host's last (``one_h200``); then
+the real engine against itself (every pair of runs of one configuration and workload in the held-out leases and the
+thirteenth, on one host or across the two: `real_against_itself`).
 
 ``python benchmarks/unseen_fidelity.py [CALIBRATION.yaml ...]``
 """
@@ -73,7 +75,8 @@ HELDOUT7 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease7.
 HELDOUT10 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease10.jsonl"
 HELDOUT11 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease11.jsonl"
 HELDOUT12 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease12.jsonl"
-HELDOUT9 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease9.jsonl"
+HELDOUT14 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease14.jsonl"
+LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
 
 
 def unseen_samples(task: str = "batching") -> list[Sample]:
@@ -124,10 +127,11 @@ def main(argv: list[str]) -> int:
     sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
             "heldout6": load_samples([HELDOUT6]), "heldout7": load_samples([HELDOUT7]),
             "heldout10": load_samples([HELDOUT10]), "heldout12": load_samples([HELDOUT12]),
-            "heldout11": load_samples([HELDOUT11]), "heldout9": load_samples([HELDOUT9]),
+            "heldout11": load_samples([HELDOUT11]), "heldout14": load_samples([HELDOUT14]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     pooled = ("heldout", "heldout5", "heldout6", "heldout7", "heldout10", "heldout12")
     sets["heldout_pooled"] = [s for k in pooled for s in sets[k]]
+    sets["one_h200"] = sets["heldout11"] + sets["heldout14"]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
@@ -142,7 +146,7 @@ def main(argv: list[str]) -> int:
                     by.setdefault(row["workload"], []).append(abs(row["sim_ttft_p50"] / row["real_ttft_p50"] - 1))
             print(json.dumps({"set": name, "calibration": cal.id, "ttft_p50_mape_by_workload": {
                 w: round(sum(v) / len(v), 4) for w, v in sorted(by.items())}}))
-    hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["heldout9"] + sets["heldout11"]}
+    hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["one_h200"] + load_samples([LEASE13])}
     print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
     return 0
 

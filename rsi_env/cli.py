@@ -102,6 +102,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from rsi_env.sim.fit import run_calibration
 
+    if args.from_store and args.host_measurements:
+        raise RsiEnvError("--host-measurements goes with --measurements (files), not with --from-store")
     if args.from_store:
         from rsi_env.store.calibrate import calibrate_from_store
         from rsi_env.store.cli import _store
@@ -113,7 +115,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise RsiEnvError("calibrate needs --measurements FILE.jsonl ... or --from-store")
     else:
         report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
-                                 out=args.out, seed=args.seed, max_nfev=args.max_nfev)
+                                 out=args.out, seed=args.seed, max_nfev=args.max_nfev,
+                                 host_measurements=args.host_measurements or None)
     print(json.dumps(report, indent=2) if args.json else report["summary"])
     return 0
 
@@ -182,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="fit the simulator's coefficients to real measurements")
     c.add_argument("--hardware", required=True)
     c.add_argument("--measurements", nargs="+", default=[], help="JSON-lines files from the real tier")
+    c.add_argument("--host-measurements", nargs="+", default=[],
+                   help="one host's runs: its CPU-side terms are refitted on them last (the host stage)")
     c.add_argument("--from-store", action="store_true",
                    help="fit to the experience store's real-tier rows; written to the user's calibration directory")
     c.add_argument("--store", default=None, help="with --from-store: store URL (default: RSI_ENV_STORE)")

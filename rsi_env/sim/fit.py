@@ -31,7 +31,7 @@ from rsi_env.sim import simulate_detailed
 from rsi_env.sim.calibration import COEFFICIENTS, Calibration, load_calibration
 from rsi_env.sim.memory import plan_memory
 
-__all__ = ["Sample", "calibration_id", "evaluate", "fit", "load_samples", "run_calibration", "samples_from_rows"]
+__all__ = ["Sample", "calibration_id", "evaluate", "fit", "fit_host", "load_samples", "run_calibration", "samples_from_rows"]
 
 TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_eff", "attn_eff", "kv_bw_eff", "step_s",
           "per_req_s", "piecewise_layer_s", "eager_layer_s", "uncaptured_layer_s", "cpu_step_s", "cpu_per_req_s",
@@ -44,6 +44,11 @@ FP8 = ("quant_layer_s",)
 MOE = ("moe_mm_eff", "uncaptured_moe_layer_s")
 # The memory terms, fitted on the KV blocks vLLM reports (act_moe_coef too where a MoE model was measured).
 MEMORY = ("non_torch_bytes", "act_token_coef", "act_logit_coef")
+# The terms of the host's CPU rather than of its GPU: the engine core's own work per step, per running and per new
+# request, the front end's round trip, and launching what runs outside full CUDA graphs. One H200 behind two hosts
+# runs the same kernels at the same speed, but not these (`many_small`'s steps took 8-12 ms on the one-H200 host and
+# 13-30 ms on the two-GPU host): the host stage (`fit_host`) refits them on the runs of the host a calibration is for.
+HOST = ("cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s", "piecewise_layer_s", "uncaptured_layer_s")
 NOISY = frozenset({"many_small"})
 # A MoE run whose step trace stops this long between two steps had vLLM JIT-compiling its fused-MoE kernel
 # mid-workload (no step of the calibration workloads takes half as long); the MoE terms are not fitted on it.
@@ -268,6 +273,27 @@ def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: i
     return cal
 
 
+def fit_host(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: int = 60) -> Calibration:
+    """The host stage: the `HOST` terms refitted on one host's runs, every term of the GPU and the model fixed.
+
+    The GPU terms need many configurations (models, parallelism, fp8, MoE) that one host's short lease cannot
+    measure; the CPU terms need only that host's runs of a few. A MoE model's runs stay out (their JIT pauses,
+    see `fit`) where dense ones are given.
+    """
+    dense, moe = _dense_and_moe(samples)
+    return _fit_timing(dense or moe, hw, start, HOST, max_nfev)
+
+
+def _host_of(paths: list[str]) -> dict[str, Any]:
+    """The host the first row of ``paths`` that names one was measured on (`rsi_env.real.host`), for provenance."""
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            host = json.loads(line).get("host") if line.strip() else None
+            if host:
+                return {k: host[k] for k in ("cpu", "cpus", "gpus") if k in host}
+    return {}
+
+
 def calibration_id(cal: Calibration, measurements_digest: str) -> str:
     """``<hardware>-vllm<version>-<hash>``: the hash covers the measurements and the coefficients fitted to them.
 
@@ -282,7 +308,7 @@ def calibration_id(cal: Calibration, measurements_digest: str) -> str:
 def run_calibration(hardware: str, measurements: list[str], *, engine_version: str = "0.26",
                     out: str | None = None, seed: int = 0, max_nfev: int = 60,
                     rows: list[dict[str, Any]] | None = None, origin: dict[str, Any] | None = None,
-                    refit_all: bool = True) -> dict[str, Any]:
+                    refit_all: bool = True, host_measurements: list[str] | None = None) -> dict[str, Any]:
     """Fit on the training split, report before/after errors on both splits, optionally write the YAML.
 
     The held-out errors measure the procedure on configurations it never saw. With ``refit_all`` (the
@@ -293,6 +319,10 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
 
     The measurements are the files ``measurements``, or ``rows`` in their form (from the experience store,
     with ``origin`` — which store, which rows — kept in the provenance).
+
+    With ``host_measurements`` (one host's runs) the host stage follows (`fit_host`), split the same way: its
+    `HOST` terms fitted on part of that host's configurations, the error reported on the rest before and after,
+    then refitted on all of them (with ``refit_all``). The calibration written is then that host's.
     """
     hw = load_hardware(hardware)
     samples = samples_from_rows(rows, "the rows given") if rows is not None else \
@@ -314,9 +344,28 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         t1 = time.perf_counter()
         fitted = fit(samples, hw, fitted, max_nfev=max(1, max_nfev // 2))
         report["refit_all_seconds"] = round(time.perf_counter() - t1, 1)
+    host_stage: dict[str, Any] = {}
+    if host_measurements:
+        hsamples = load_samples([Path(m) for m in host_measurements])
+        htrain, hheld = split(hsamples, seed)
+        base = fitted
+        fitted = fit_host(htrain, hw, base, max_nfev)
+        report["host"] = {"n_train": len(htrain), "n_held_out": len(hheld),
+                          "held_out_configs": sorted({s.config_key for s in hheld}),
+                          "before": evaluate(hheld, base, hw), "after": evaluate(hheld, fitted, hw)}
+        if refit_all:
+            fitted = fit_host(hsamples, hw, fitted, max(1, max_nfev // 2))
+        hall = evaluate(hsamples, fitted, hw)
+        report["host"]["after_all_configs"] = {k: v for k, v in hall.items() if k != "per_sample"}
+        host_stage = {"host_stage": {
+            "measurements": [str(m) for m in host_measurements], "host": _host_of(list(host_measurements)),
+            "terms": list(HOST), "n_train": len(htrain), "n_held_out": len(hheld),
+            "held_out_error_before": _errors(report["host"]["before"]),
+            "held_out_error": _errors(report["host"]["after"]), "all_configs_error": _errors(hall)}}
     report["after_all_configs"] = {k: v for k, v in evaluate(samples, fitted, hw).items() if k != "per_sample"}
     blob = json.dumps(rows, sort_keys=True, default=str) if rows is not None else \
         "".join(Path(m).read_text() for m in measurements)
+    blob += "".join(Path(m).read_text() for m in host_measurements or [])
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     ho: dict[str, Any] = report["after"]["held_out"]
     fitted = replace(fitted, id=calibration_id(fitted, digest), provenance={
@@ -324,12 +373,10 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         "measurements": [str(m) for m in measurements],
         "measurements_sha256_12": digest, "n_train": len(train), "n_held_out": len(held),
         "held_out_configs": report["held_out_configs"],
-        "held_out_error": {k: ho[k] for k in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape",
-                                              "num_gpu_blocks_mape")},
+        "held_out_error": _errors(ho),
         "fitted_on": "all measurements (refit after the held-out evaluation)" if refit_all else "the training split",
-        "all_configs_error": {k: report["after_all_configs"][k] for k in (
-            "out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape", "num_gpu_blocks_mape")},
-        "rank_agreement_all_configs": report["after_all_configs"]["spearman"],
+        "all_configs_error": _errors(report["after_all_configs"]),
+        "rank_agreement_all_configs": report["after_all_configs"]["spearman"], **host_stage,
     })
     report["calibration"] = fitted.to_dict()
     if out:
@@ -341,6 +388,13 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
             lines.append(f"  {when:6s} {part:8s} throughput MAPE {_pct(e['out_tok_per_s_mape'])}  "
                          f"TTFT p50 MAPE {_pct(e['ttft_p50_mape'])}  TPOT p50 MAPE {_pct(e['tpot_p50_mape'])}  "
                          f"blocks MAPE {_pct(e['num_gpu_blocks_mape'])}")
+    if "host" in report:
+        h = report["host"]
+        for when in ("before", "after"):
+            e = h[when]
+            lines.append(f"  host stage {when:6s} held_out ({h['n_held_out']} of the host's): throughput MAPE "
+                         f"{_pct(e['out_tok_per_s_mape'])}  TTFT p50 MAPE {_pct(e['ttft_p50_mape'])}  "
+                         f"TPOT p50 MAPE {_pct(e['tpot_p50_mape'])}")
     a = report["after_all_configs"]
     lines.append(f"  {'written' if refit_all else 'fitted'} calibration ({'refit on all' if refit_all else 'split fit'}) "
                  f"on all {len(samples)}: throughput MAPE {_pct(a['out_tok_per_s_mape'])}  "
@@ -349,6 +403,11 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
                  f"workload, mean): {report['after_all_configs']['spearman']}")
     report["summary"] = "\n".join(lines)
     return report
+
+
+def _errors(e: dict[str, Any]) -> dict[str, Any]:
+    """The error figures a calibration's provenance keeps, from an `evaluate` result."""
+    return {k: e[k] for k in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape", "num_gpu_blocks_mape")}
 
 
 def _pct(x: float | None) -> str:

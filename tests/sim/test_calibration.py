@@ -15,9 +15,8 @@ from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.fit import evaluate, load_samples, run_calibration, split
 
 ROOT = Path(__file__).resolve().parents[2]
-# The one-H200 host's training files: the held-out leases' rows are never given to a fit.
-DATA = sorted(p for p in (ROOT / "data" / "measurements" / "h200-vllm0.26").glob("*.jsonl")
-              if not p.name.startswith("heldout"))
+# The one-H200 host's files of the shipped calibration's main fit (neither the held-out leases nor the host stage's).
+DATA = sorted(ROOT / m for m in load_calibration("h200", "0.26").provenance["measurements"] if "/h200-vllm" in m)
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +144,32 @@ def test_a_calibration_id_names_its_coefficients_not_only_its_measurements():
     assert same.startswith("h200-vllm0.26-") and same == calibration_id(cal, "abc")
     assert calibration_id(cal, "abd") != same  # other measurements
     assert calibration_id(cal.with_coefficients({"moe_mm_eff": 0.5}), "abc") != same  # another fit of the same ones
+
+
+def test_the_host_stage_refits_only_the_hosts_terms_and_fits_that_host_better():
+    """`fit_host`: the CPU-side terms (`HOST`) refitted on one host's runs, every GPU and model term kept; on the
+    one-H200 host's `many_small` runs (steps of 8-12 ms where the two-GPU host's took 13-30) the error drops."""
+    from rsi_env.sim.fit import HOST, fit_host
+
+    hw, base = load_hardware("h200"), Calibration(hardware="h200", engine_version="0.26", cpu_per_new_req_s=2e-3,
+                                                  frontend_s=2e-2)
+    runs = [s for s in load_samples([ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"])
+            if s.model == "llama-3.2-1b"]
+    assert len(runs) == 4
+    fitted = fit_host(runs, hw, base, max_nfev=6)
+    for n in set(base.to_dict()) - set(HOST) - {"id", "provenance"}:
+        assert getattr(fitted, n) == getattr(base, n), n
+    assert any(getattr(fitted, n) != getattr(base, n) for n in HOST)
+    before, after = evaluate(runs, base, hw), evaluate(runs, fitted, hw)
+    assert after["ttft_p50_mape"] < before["ttft_p50_mape"]
+
+
+def test_the_shipped_calibration_is_the_one_h200_hosts_and_reproduces_its_host_stage():
+    """The shipped calibration ends with the host stage on the one-H200 host's runs; its provenance names them
+    and the host, and the simulator reproduces the error it recorded on them."""
+    cal = load_calibration("h200", "0.26")
+    stage = cal.provenance["host_stage"]
+    assert stage["host"]["cpus"] == 16 and stage["n_held_out"] > 0
+    e = evaluate(load_samples([ROOT / m for m in stage["measurements"]]), cal, load_hardware("h200"))
+    for key in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape"):
+        assert e[key] <= stage["all_configs_error"][key] * 1.05 + 1e-3, key

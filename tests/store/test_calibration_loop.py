@@ -20,7 +20,8 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "measurements"
 
 def _subset(tmp_path: Path) -> Path:
     """Llama-3.2-1B and every model's defaults: enough configurations to split, quick to fit."""
-    files = sorted(f for f in (DATA / "h200-vllm0.26").glob("*.jsonl") if not f.name.startswith("heldout"))
+    files = sorted(DATA.parents[1] / m for m in load_calibration("h200", "0.26").provenance["measurements"]
+                   if "/h200-vllm" in m)  # the one-H200 host's files of the shipped calibration's main fit
     lines = [x for f in files for x in f.read_text().splitlines()
              if x.strip() and (json.loads(x)["model"] == "llama-3.2-1b" or json.loads(x)["flags"] == {})]
     out = tmp_path / "subset.jsonl"
