@@ -5,7 +5,8 @@ workload). The fit has two stages: the memory terms by least squares on the ``nu
 vLLM reported (no simulation needed), then the timing coefficients by bounded non-linear least
 squares on log-ratios of throughput, TTFT p50 and TPOT p50, simulating every training sample.
 Whole configurations are held out (never one workload of a config), chosen by a seeded split, so
-the held-out error is the error on configurations the fit has never seen.
+the held-out error is the error on configurations the fit has never seen. A host stage may follow
+(`fit_host`): the CPU-side terms refitted on the runs of the one host the calibration is for.
 """
 
 from __future__ import annotations

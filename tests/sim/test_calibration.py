@@ -173,3 +173,25 @@ def test_the_shipped_calibration_is_the_one_h200_hosts_and_reproduces_its_host_s
     e = evaluate(load_samples([ROOT / m for m in stage["measurements"]]), cal, load_hardware("h200"))
     for key in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape"):
         assert e[key] <= stage["all_configs_error"][key] * 1.05 + 1e-3, key
+
+
+def test_calibrate_with_host_measurements_records_the_host_stage(tmp_path, capsys):
+    """`run_calibration(host_measurements=...)`: the host stage's split, errors and host land in the provenance,
+    its files in the id's digest; the CLI refuses it beside --from-store, which has no files to name."""
+    from rsi_env.cli import main
+
+    rows = (ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl").read_text().splitlines()
+    main_rows = [x for x in rows if '"model": "qwen2.5-7b"' in x]
+    host_rows = [x for x in rows if '"model": "llama-3.2-1b"' in x or '"kv_cache_dtype": "fp8", "max_num_seqs"' in x]
+    (tmp_path / "m.jsonl").write_text("\n".join(main_rows) + "\n")
+    (tmp_path / "h.jsonl").write_text("\n".join(host_rows) + "\n")
+    rep = run_calibration("h200", [str(tmp_path / "m.jsonl")], max_nfev=2, out=str(tmp_path / "c.yaml"),
+                          host_measurements=[str(tmp_path / "h.jsonl")])
+    stage = load_calibration("h200", "0.26", tmp_path / "c.yaml").provenance["host_stage"]
+    assert stage["n_train"] + stage["n_held_out"] == len(host_rows) == 8 and stage["n_held_out"] == 4
+    assert stage["host"]["cpus"] == 16 and stage["terms"][0] == "cpu_step_s"
+    assert "host stage after" in rep["summary"]
+    plain = run_calibration("h200", [str(tmp_path / "m.jsonl")], max_nfev=1, refit_all=False)
+    assert plain["calibration"]["id"] != rep["calibration"]["id"] and "host" not in plain
+    assert main(["calibrate", "--hardware", "h200", "--from-store", "--host-measurements", str(tmp_path / "h.jsonl")]) == 2
+    assert "--host-measurements goes with --measurements" in capsys.readouterr().err
