@@ -198,4 +198,4 @@ def test_uncaptured_launches_share_the_engine_core_thread_on_one_gpu():
     assert tp2_busier.step_time(*uncaptured) == tp2.step_time(*uncaptured)
     captured = (256, 256, 256, 256 * 500.0, 0.0, 0.0, True)
     assert one.dispatch(256) == 0.0
-    assert one_busier.step_time(*captured) - one.step_time(*captured) <= 5e-3
+    assert one_busier.step_time(*captured) - one.step_time(*captured) <= 5e-3 + 1e-12  # CPU-bound: exactly 5 ms
