@@ -285,14 +285,10 @@ def fit_host(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nf
     return _fit_timing(dense or moe, hw, start, HOST, max_nfev)
 
 
-def _host_of(paths: list[str]) -> dict[str, Any]:
-    """The host the first row of ``paths`` that names one was measured on (`rsi_env.real.host`), for provenance."""
-    for p in paths:
-        for line in Path(p).read_text().splitlines():
-            host = json.loads(line).get("host") if line.strip() else None
-            if host:
-                return {k: host[k] for k in ("cpu", "cpus", "gpus") if k in host}
-    return {}
+def _host_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The host the first of ``rows`` that names one was measured on (`rsi_env.real.host`), for provenance."""
+    host = next((r["host"] for r in rows if r.get("host")), {})
+    return {k: host[k] for k in ("cpu", "cpus", "gpus") if k in host}
 
 
 def calibration_id(cal: Calibration, measurements_digest: str) -> str:
@@ -346,8 +342,11 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         fitted = fit(samples, hw, fitted, max_nfev=max(1, max_nfev // 2))
         report["refit_all_seconds"] = round(time.perf_counter() - t1, 1)
     host_stage: dict[str, Any] = {}
+    htexts: list[str] = []
     if host_measurements:
-        hsamples = load_samples([Path(m) for m in host_measurements])
+        htexts = [Path(m).read_text() for m in host_measurements]
+        hrows = [json.loads(x) for t in htexts for x in t.splitlines() if x.strip()]
+        hsamples = samples_from_rows(hrows, str(list(host_measurements)))
         htrain, hheld = split(hsamples, seed)
         base = fitted
         fitted = fit_host(htrain, hw, base, max_nfev)
@@ -359,14 +358,14 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         hall = evaluate(hsamples, fitted, hw)
         report["host"]["after_all_configs"] = {k: v for k, v in hall.items() if k != "per_sample"}
         host_stage = {"host_stage": {
-            "measurements": [str(m) for m in host_measurements], "host": _host_of(list(host_measurements)),
+            "measurements": [str(m) for m in host_measurements], "host": _host_of(hrows),
             "terms": list(HOST), "n_train": len(htrain), "n_held_out": len(hheld),
             "held_out_error_before": _errors(report["host"]["before"]),
             "held_out_error": _errors(report["host"]["after"]), "all_configs_error": _errors(hall)}}
     report["after_all_configs"] = {k: v for k, v in evaluate(samples, fitted, hw).items() if k != "per_sample"}
     blob = json.dumps(rows, sort_keys=True, default=str) if rows is not None else \
         "".join(Path(m).read_text() for m in measurements)
-    blob += "".join(Path(m).read_text() for m in host_measurements or [])
+    blob += "".join(htexts)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     ho: dict[str, Any] = report["after"]["held_out"]
     fitted = replace(fitted, id=calibration_id(fitted, digest), provenance={
@@ -386,20 +385,13 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
     for when in ("before", "after"):
         for part in ("train", "held_out"):
             e = report[when][part]
-            lines.append(f"  {when:6s} {part:8s} throughput MAPE {_pct(e['out_tok_per_s_mape'])}  "
-                         f"TTFT p50 MAPE {_pct(e['ttft_p50_mape'])}  TPOT p50 MAPE {_pct(e['tpot_p50_mape'])}  "
-                         f"blocks MAPE {_pct(e['num_gpu_blocks_mape'])}")
+            lines.append(f"  {when:6s} {part:8s} {_mapes(e)}  blocks MAPE {_pct(e['num_gpu_blocks_mape'])}")
     if "host" in report:
         h = report["host"]
         for when in ("before", "after"):
-            e = h[when]
-            lines.append(f"  host stage {when:6s} held_out ({h['n_held_out']} of the host's): throughput MAPE "
-                         f"{_pct(e['out_tok_per_s_mape'])}  TTFT p50 MAPE {_pct(e['ttft_p50_mape'])}  "
-                         f"TPOT p50 MAPE {_pct(e['tpot_p50_mape'])}")
-    a = report["after_all_configs"]
+            lines.append(f"  host stage {when:6s} held_out ({h['n_held_out']} of the host's): {_mapes(h[when])}")
     lines.append(f"  {'written' if refit_all else 'fitted'} calibration ({'refit on all' if refit_all else 'split fit'}) "
-                 f"on all {len(samples)}: throughput MAPE {_pct(a['out_tok_per_s_mape'])}  "
-                 f"TTFT p50 MAPE {_pct(a['ttft_p50_mape'])}  TPOT p50 MAPE {_pct(a['tpot_p50_mape'])}")
+                 f"on all {len(samples)}: {_mapes(report['after_all_configs'])}")
     lines.append(f"  ranks across all {len({s.config_key for s in samples})} configurations (Spearman, per model and "
                  f"workload, mean): {report['after_all_configs']['spearman']}")
     report["summary"] = "\n".join(lines)
@@ -409,6 +401,12 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
 def _errors(e: dict[str, Any]) -> dict[str, Any]:
     """The error figures a calibration's provenance keeps, from an `evaluate` result."""
     return {k: e[k] for k in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape", "num_gpu_blocks_mape")}
+
+
+def _mapes(e: dict[str, Any]) -> str:
+    """Throughput, TTFT p50 and TPOT p50 MAPE of an `evaluate` result, as every summary line prints them."""
+    return (f"throughput MAPE {_pct(e['out_tok_per_s_mape'])}  TTFT p50 MAPE {_pct(e['ttft_p50_mape'])}  "
+            f"TPOT p50 MAPE {_pct(e['tpot_p50_mape'])}")
 
 
 def _pct(x: float | None) -> str:
