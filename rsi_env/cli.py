@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -104,6 +105,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.from_store and args.host_measurements:
         raise RsiEnvError("--host-measurements goes with --measurements (files), not with --from-store")
+    for path in args.measurements + args.host_measurements:
+        if not Path(path).is_file():
+            raise RsiEnvError(f"calibrate: no measurements file {path!r}")
     if args.from_store:
         from rsi_env.store.calibrate import calibrate_from_store
         from rsi_env.store.cli import _store

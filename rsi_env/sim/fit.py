@@ -287,7 +287,7 @@ def fit_host(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nf
 
 def _host_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The host the first of ``rows`` that names one was measured on (`rsi_env.real.host`), for provenance."""
-    host = next((r["host"] for r in rows if r.get("host")), {})
+    host: dict[str, Any] = next((r["host"] for r in rows if r.get("host")), {})
     return {k: host[k] for k in ("cpu", "cpus", "gpus") if k in host}
 
 
@@ -324,6 +324,10 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
     hw = load_hardware(hardware)
     samples = samples_from_rows(rows, "the rows given") if rows is not None else \
         load_samples([Path(m) for m in measurements])
+    # The host's runs are read before the main fit, so that a bad file fails in a second, not after it.
+    htexts = [Path(m).read_text() for m in host_measurements or []]
+    hrows = [json.loads(x) for t in htexts for x in t.splitlines() if x.strip()]
+    hsamples = samples_from_rows(hrows, str(list(host_measurements))) if host_measurements else []
     train, held = split(samples, seed)
     before = load_calibration(hardware, engine_version)
     prior = Calibration(hardware=hardware, engine_version=engine_version)
@@ -342,11 +346,7 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         fitted = fit(samples, hw, fitted, max_nfev=max(1, max_nfev // 2))
         report["refit_all_seconds"] = round(time.perf_counter() - t1, 1)
     host_stage: dict[str, Any] = {}
-    htexts: list[str] = []
-    if host_measurements:
-        htexts = [Path(m).read_text() for m in host_measurements]
-        hrows = [json.loads(x) for t in htexts for x in t.splitlines() if x.strip()]
-        hsamples = samples_from_rows(hrows, str(list(host_measurements)))
+    if hsamples:
         htrain, hheld = split(hsamples, seed)
         base = fitted
         fitted = fit_host(htrain, hw, base, max_nfev)
@@ -358,7 +358,7 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
         hall = evaluate(hsamples, fitted, hw)
         report["host"]["after_all_configs"] = {k: v for k, v in hall.items() if k != "per_sample"}
         host_stage = {"host_stage": {
-            "measurements": [str(m) for m in host_measurements], "host": _host_of(hrows),
+            "measurements": [str(m) for m in host_measurements or []], "host": _host_of(hrows),
             "terms": list(HOST), "n_train": len(htrain), "n_held_out": len(hheld),
             "held_out_error_before": _errors(report["host"]["before"]),
             "held_out_error": _errors(report["host"]["after"]), "all_configs_error": _errors(hall)}}

@@ -195,3 +195,8 @@ def test_calibrate_with_host_measurements_records_the_host_stage(tmp_path, capsy
     assert plain["calibration"]["id"] != rep["calibration"]["id"] and "host" not in plain
     assert main(["calibrate", "--hardware", "h200", "--from-store", "--host-measurements", str(tmp_path / "h.jsonl")]) == 2
     assert "--host-measurements goes with --measurements" in capsys.readouterr().err
+    # A missing file is named before any fit starts (the main fit takes minutes on the real measurements).
+    assert main(["calibrate", "--hardware", "h200", "--measurements", str(tmp_path / "m.jsonl"),
+                 "--host-measurements", str(tmp_path / "nope.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "no measurements file" in err and "nope.jsonl" in err
