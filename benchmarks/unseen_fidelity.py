@@ -76,6 +76,7 @@ HELDOUT10 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease1
 HELDOUT11 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease11.jsonl"
 HELDOUT12 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease12.jsonl"
 HELDOUT14 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease14.jsonl"
+HELDOUT15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"
 LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
 
 
@@ -128,10 +129,11 @@ def main(argv: list[str]) -> int:
             "heldout6": load_samples([HELDOUT6]), "heldout7": load_samples([HELDOUT7]),
             "heldout10": load_samples([HELDOUT10]), "heldout12": load_samples([HELDOUT12]),
             "heldout11": load_samples([HELDOUT11]), "heldout14": load_samples([HELDOUT14]),
+            "heldout15": load_samples([HELDOUT15]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     pooled = ("heldout", "heldout5", "heldout6", "heldout7", "heldout10", "heldout12")
     sets["heldout_pooled"] = [s for k in pooled for s in sets[k]]
-    sets["one_h200"] = sets["heldout11"] + sets["heldout14"]
+    sets["one_h200"] = sets["heldout11"] + sets["heldout14"] + sets["heldout15"]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
