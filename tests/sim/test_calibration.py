@@ -200,3 +200,22 @@ def test_calibrate_with_host_measurements_records_the_host_stage(tmp_path, capsy
                  "--host-measurements", str(tmp_path / "nope.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "no measurements file" in err and "nope.jsonl" in err
+
+
+def test_rank_agreement_gives_tied_predictions_their_mean_rank():
+    """The simulator finds 1,024 batched tokens no different from the defaults on `short_long`'s short prompts; the
+    real engine ranks the two a hair apart. Tied predictions share their mean rank (Spearman's definition), so the
+    rows' order in the file does not decide whether the sim "agrees"."""
+    from rsi_env.evaluate.fidelity import spearman
+    from rsi_env.sim.fit import _predict, rank_agreement
+
+    hw, cal = load_hardware("h200"), load_calibration("h200", "0.26")
+    rows = [s for s in load_samples([ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"])
+            if s.model == "llama-3.1-8b" and s.workload.name == "short_long"]
+    assert len(rows) == 5
+    pairs = [(s, _predict(s, cal, hw)) for s in rows]
+    tied = [p.tpot_p50 for s, p in pairs if s.flags in ({}, {"max_num_batched_tokens": 1024})]
+    assert len(tied) == 2 and tied[0] == tied[1]
+    want = spearman([s.real.tpot_p50 for s, _ in pairs], [p.tpot_p50 for _, p in pairs])
+    assert rank_agreement(pairs)["tpot_p50"] == pytest.approx(want)
+    assert rank_agreement(pairs[::-1])["tpot_p50"] == pytest.approx(want)  # the same in either order
