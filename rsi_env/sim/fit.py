@@ -101,9 +101,14 @@ def samples_from_rows(rows: list[dict[str, Any]], where: str = "the measurements
     return out
 
 
+def _read_rows(paths: list[str] | list[str | Path]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The files' texts (for a calibration's digest) and their measurement lines, each file read once."""
+    texts = [Path(p).read_text() for p in paths]
+    return texts, [json.loads(line) for t in texts for line in t.splitlines() if line.strip()]
+
+
 def load_samples(paths: list[str | Path]) -> list[Sample]:
-    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line.strip()]
-    return samples_from_rows(rows, str([str(p) for p in paths]))
+    return samples_from_rows(_read_rows(paths)[1], str([str(p) for p in paths]))
 
 
 def split(samples: list[Sample], seed: int, held_fraction: float = 0.3) -> tuple[list[Sample], list[Sample]]:
@@ -317,11 +322,13 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
     then refitted on all of them (with ``refit_all``). The calibration written is then that host's.
     """
     hw = load_hardware(hardware)
-    samples = samples_from_rows(rows, "the rows given") if rows is not None else \
-        load_samples([Path(m) for m in measurements])
+    if rows is not None:
+        samples, blob = samples_from_rows(rows, "the rows given"), json.dumps(rows, sort_keys=True, default=str)
+    else:
+        mtexts, mrows = _read_rows(measurements)
+        samples, blob = samples_from_rows(mrows, str([str(m) for m in measurements])), "".join(mtexts)
     # The host's runs are read before the main fit, so that a bad file fails in a second, not after it.
-    htexts = [Path(m).read_text() for m in host_measurements or []]
-    hrows = [json.loads(x) for t in htexts for x in t.splitlines() if x.strip()]
+    htexts, hrows = _read_rows(host_measurements or [])
     hsamples = samples_from_rows(hrows, str(list(host_measurements))) if host_measurements else []
     train, held = split(samples, seed)
     before = load_calibration(hardware, engine_version)
@@ -358,8 +365,6 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
             "held_out_error_before": _errors(report["host"]["before"]),
             "held_out_error": _errors(report["host"]["after"]), "all_configs_error": _errors(hall)}}
     report["after_all_configs"] = {k: v for k, v in evaluate(samples, fitted, hw).items() if k != "per_sample"}
-    blob = json.dumps(rows, sort_keys=True, default=str) if rows is not None else \
-        "".join(Path(m).read_text() for m in measurements)
     blob += "".join(htexts)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     ho: dict[str, Any] = report["after"]["held_out"]
