@@ -153,8 +153,9 @@ def distinct_pairs(per_sample: list[dict], ratio: float = 1.25) -> dict[str, str
                 for b in rows[i + 1:]:
                     ra, rb = a[f"real_{metric}"], b[f"real_{metric}"]
                     if a["config"] != b["config"] and min(ra, rb) > 0 and max(ra, rb) / min(ra, rb) >= ratio:
+                        sa, sb = a[f"sim_{metric}"], b[f"sim_{metric}"]
                         pairs += 1
-                        agree += (ra < rb) == (a[f"sim_{metric}"] < b[f"sim_{metric}"])
+                        agree += sa != sb and (ra < rb) == (sa < sb)  # a tie in the sim does not tell them apart
         out[metric] = f"{agree}/{pairs}"
     return out
 
