@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in thirteen sets, and the held-out leases pooled.
+"""The simulator against real measurements no calibration has seen, in fourteen sets, and the held-out leases pooled.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -50,6 +50,11 @@
   measured as training runs for a host-stage term of enforce_eager's launches that was fitted and dropped (README),
   so no shipped calibration has seen them: enforce_eager on Llama-3.1-8B at 256 sequences, Mistral-7B, Qwen2.5-7B
   at 128 sequences and Llama-3.2-1B, and Llama-3.1-8B at 64 sequences: 20 measurements. Pooled into ``one_h200``.
+- ``heldout17``: `data/measurements/h200-vllm0.26/heldout_lease17.jsonl`, the seventeenth lease's (the one-H200
+  host), chosen and committed before it was measured: the fifteenth lease's five Llama-3.1-8B configurations twice
+  more, in two passes of opposite order: 40 measurements. Pooled into ``one_h200``. With the fifteenth lease's runs
+  of them, three runs of each configuration: `rank_repeatability` prints how alike the real engine ranks them run
+  to run (within a lease and across two) beside how alike the simulator ranks them.
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
@@ -57,7 +62,9 @@ calibrate` reports for its held-out split, then each set's TTFT p50 MAPE by work
 configurations the real engine tells apart by 25 % or more the simulator orders alike (`distinct_pairs`), the
 held-out leases of the two-GPU host pooled (``heldout_pooled``: 4, 5, 6, 7, 10 and 12) and the one-H200 host's
 last (``one_h200``); then the real engine against itself (every pair of runs of one configuration and workload in
-the held-out leases and the thirteenth, on one host or across the two: `real_against_itself`).
+the held-out leases and the thirteenth, on one host or across the two: `real_against_itself`), and the ranking
+of the three runs of the fifteenth and seventeenth leases' configurations, real against real and simulator against
+real (`rank_repeatability`).
 
 ``python benchmarks/unseen_fidelity.py [CALIBRATION.yaml ...]``
 """
@@ -68,11 +75,13 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from rsi_env.engine.hardware import load_hardware
+from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
+from rsi_env.evaluate.fidelity import spearman
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.fit import Sample, evaluate, load_samples
 
@@ -88,6 +97,7 @@ HELDOUT12 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease1
 HELDOUT14 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease14.jsonl"
 HELDOUT15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"
 HELDOUT16 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease16.jsonl"
+HELDOUT17 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease17.jsonl"
 LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
 
 
@@ -160,6 +170,62 @@ def distinct_pairs(per_sample: list[dict], ratio: float = 1.25) -> dict[str, str
     return out
 
 
+def passes_of(samples: list[Sample]) -> list[list[Sample]]:
+    """A lease's repeated runs split into passes: the n-th run of each (configuration, workload), in file order."""
+    out: list[list[Sample]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for s in samples:
+        k = (s.config_key, s.workload.name)
+        n = seen[k] = seen.get(k, -1) + 1
+        if n == len(out):
+            out.append([])
+        out[n].append(s)
+    return out
+
+
+def rank_repeatability(passes: dict[str, list[Sample]], cal: Calibration, hw: HardwareSpec) -> dict[str, dict]:
+    """How alike the real engine ranks configurations run to run, and how alike the simulator ranks them.
+
+    ``passes`` maps a name to one run of each of the same configurations on the same workloads. Per metric, the
+    Spearman correlation per (model, workload), averaged, between every two passes (the real engine against
+    itself), between the simulator and each pass, and between the simulator and the passes' median; and the
+    MAPE between two passes (each taken as the other's prediction, both directions averaged) beside the
+    simulator's against each. The bar's Spearman >= 0.9 is against one real run; this is what one real run
+    reaches against another.
+    """
+    keys = sorted({(s.model, s.workload.name, s.config_key) for p in passes.values() for s in p})
+    real = {n: {(s.model, s.workload.name, s.config_key): s.real for s in p} for n, p in passes.items()}
+    if any(set(r) != set(keys) for r in real.values()):
+        raise ValueError("every pass must hold the same configurations and workloads")
+    first = next(iter(passes.values()))
+    sim = {(s.model, s.workload.name, row["config"]): row for s, row in zip(
+        first, evaluate(first, cal, hw)["per_sample"], strict=True)}
+    groups = sorted({k[:2] for k in keys})
+
+    def rho(x: dict[tuple[str, str, str], float], y: dict[tuple[str, str, str], float]) -> float:
+        return round(float(np.mean([spearman([x[k] for k in keys if k[:2] == g], [y[k] for k in keys if k[:2] == g])
+                                    for g in groups])), 3)
+
+    def mape(pred: dict[tuple[str, str, str], float], ref: dict[tuple[str, str, str], float]) -> float:
+        return round(float(np.mean([abs(pred[k] / ref[k] - 1) for k in keys])), 3)
+
+    out: dict[str, dict] = {}
+    for metric, sim_key in (("out_tok_per_s", "sim_tok_s"), ("ttft_p50", "sim_ttft_p50"), ("tpot_p50", "sim_tpot_p50")):
+        runs = {n: {k: float(getattr(t, metric)) for k, t in r.items()} for n, r in real.items()}
+        predicted = {k: float(row[sim_key]) for k, row in sim.items()}
+        median = {k: float(np.median([r[k] for r in runs.values()])) for k in keys}
+        names = list(runs)
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        res: dict[str, float] = {f"real_{a}~real_{b}": rho(runs[a], runs[b]) for a, b in pairs}
+        res |= {f"sim~real_{a}": rho(predicted, runs[a]) for a in names}
+        res["sim~real_median"] = rho(predicted, median)
+        res |= {f"mape real_{a}~real_{b}": round(0.5 * (mape(runs[a], runs[b]) + mape(runs[b], runs[a])), 3)
+                for a, b in pairs}
+        res |= {f"mape sim~real_{a}": mape(predicted, runs[a]) for a in names}
+        out[metric] = res
+    return out
+
+
 def main(argv: list[str]) -> int:
     hw = load_hardware("h200")
     sets = {"batching": unseen_samples(), "heldout": load_samples([HELDOUT]), "heldout5": load_samples([HELDOUT5]),
@@ -167,10 +233,11 @@ def main(argv: list[str]) -> int:
             "heldout10": load_samples([HELDOUT10]), "heldout12": load_samples([HELDOUT12]),
             "heldout11": load_samples([HELDOUT11]), "heldout14": load_samples([HELDOUT14]),
             "heldout15": load_samples([HELDOUT15]), "heldout16": load_samples([HELDOUT16]),
+            "heldout17": load_samples([HELDOUT17]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     pooled = ("heldout", "heldout5", "heldout6", "heldout7", "heldout10", "heldout12")
     sets["heldout_pooled"] = [s for k in pooled for s in sets[k]]
-    sets["one_h200"] = sets["heldout11"] + sets["heldout14"] + sets["heldout15"] + sets["heldout16"]
+    sets["one_h200"] = sets["heldout11"] + sets["heldout14"] + sets["heldout15"] + sets["heldout16"] + sets["heldout17"]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
@@ -188,6 +255,12 @@ def main(argv: list[str]) -> int:
                 "pairs_apart_by_25pct_ordered_alike": distinct_pairs(e["per_sample"])}))
     hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["one_h200"] + load_samples([LEASE13])}
     print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
+    seventeenth = passes_of(sets["heldout17"])
+    passes = {"lease15": [s for s in sets["heldout15"] if s.model == "llama-3.1-8b"],
+              "lease17_pass1": seventeenth[0], "lease17_pass2": seventeenth[1]}
+    for cal in cals:
+        print(json.dumps({"set": "rank_repeatability", "calibration": cal.id,
+                          **rank_repeatability(passes, cal, hw)}))
     return 0
 
 
