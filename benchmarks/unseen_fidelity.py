@@ -74,6 +74,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import yaml
@@ -81,7 +82,7 @@ import yaml
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
-from rsi_env.evaluate.fidelity import spearman
+from rsi_env.evaluate.fidelity import passes, spearman
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.fit import Sample, evaluate, load_samples
 
@@ -170,34 +171,22 @@ def distinct_pairs(per_sample: list[dict], ratio: float = 1.25) -> dict[str, str
     return out
 
 
-def passes_of(samples: list[Sample]) -> list[list[Sample]]:
-    """A lease's repeated runs split into passes: the n-th run of each (configuration, workload), in file order."""
-    out: list[list[Sample]] = []
-    seen: dict[tuple[str, str], int] = {}
-    for s in samples:
-        k = (s.config_key, s.workload.name)
-        n = seen[k] = seen.get(k, -1) + 1
-        if n == len(out):
-            out.append([])
-        out[n].append(s)
-    return out
-
-
-def rank_repeatability(passes: dict[str, list[Sample]], cal: Calibration, hw: HardwareSpec) -> dict[str, dict]:
+def rank_repeatability(runs: dict[str, list[Sample]], cal: Calibration, hw: HardwareSpec) -> dict[str, dict]:
     """How alike the real engine ranks configurations run to run, and how alike the simulator ranks them.
 
-    ``passes`` maps a name to one run of each of the same configurations on the same workloads. Per metric, the
+    ``runs`` maps a pass's name to one run of each of the same configurations on the same workloads. Per metric, the
     Spearman correlation per (model, workload), averaged, between every two passes (the real engine against
     itself), between the simulator and each pass, and between the simulator and the passes' median; and the
     MAPE between two passes (each taken as the other's prediction, both directions averaged) beside the
-    simulator's against each. The bar's Spearman >= 0.9 is against one real run; this is what one real run
-    reaches against another.
+    simulator's against each; and of the pairs of configurations one pass puts 25 % apart (`distinct_pairs`), how
+    many another pass, or the simulator, orders alike. The bar's Spearman >= 0.9 is against one real run; this is
+    what one real run reaches against another.
     """
-    keys = sorted({(s.model, s.workload.name, s.config_key) for p in passes.values() for s in p})
-    real = {n: {(s.model, s.workload.name, s.config_key): s.real for s in p} for n, p in passes.items()}
+    keys = sorted({(s.model, s.workload.name, s.config_key) for p in runs.values() for s in p})
+    real = {n: {(s.model, s.workload.name, s.config_key): s.real for s in p} for n, p in runs.items()}
     if any(set(r) != set(keys) for r in real.values()):
         raise ValueError("every pass must hold the same configurations and workloads")
-    first = next(iter(passes.values()))
+    first = next(iter(runs.values()))
     sim = {(s.model, s.workload.name, row["config"]): row for s, row in zip(
         first, evaluate(first, cal, hw)["per_sample"], strict=True)}
     groups = sorted({k[:2] for k in keys})
@@ -211,19 +200,35 @@ def rank_repeatability(passes: dict[str, list[Sample]], cal: Calibration, hw: Ha
 
     out: dict[str, dict] = {}
     for metric, sim_key in (("out_tok_per_s", "sim_tok_s"), ("ttft_p50", "sim_ttft_p50"), ("tpot_p50", "sim_tpot_p50")):
-        runs = {n: {k: float(getattr(t, metric)) for k, t in r.items()} for n, r in real.items()}
+        got = {n: {k: float(getattr(t, metric)) for k, t in r.items()} for n, r in real.items()}
         predicted = {k: float(row[sim_key]) for k, row in sim.items()}
-        median = {k: float(np.median([r[k] for r in runs.values()])) for k in keys}
-        names = list(runs)
+        median = {k: float(np.median([r[k] for r in got.values()])) for k in keys}
+        names = list(got)
         pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-        res: dict[str, float] = {f"real_{a}~real_{b}": rho(runs[a], runs[b]) for a, b in pairs}
-        res |= {f"sim~real_{a}": rho(predicted, runs[a]) for a in names}
+        res: dict[str, float] = {f"real_{a}~real_{b}": rho(got[a], got[b]) for a, b in pairs}
+        res |= {f"sim~real_{a}": rho(predicted, got[a]) for a in names}
         res["sim~real_median"] = rho(predicted, median)
-        res |= {f"mape real_{a}~real_{b}": round(0.5 * (mape(runs[a], runs[b]) + mape(runs[b], runs[a])), 3)
+        res |= {f"mape real_{a}~real_{b}": round(0.5 * (mape(got[a], got[b]) + mape(got[b], got[a])), 3)
                 for a, b in pairs}
-        res |= {f"mape sim~real_{a}": mape(predicted, runs[a]) for a in names}
+        res |= {f"mape sim~real_{a}": mape(predicted, got[a]) for a in names}
         out[metric] = res
+    for ref in real:
+        by = {f"real_{n}": {k: _Latencies(t.ttft_p50, t.tpot_p50) for k, t in real[n].items()} for n in real if n != ref}
+        by["sim"] = {k: _Latencies(row["sim_ttft_p50"], row["sim_tpot_p50"]) for k, row in sim.items()}
+        for name, pred in by.items():
+            rows = [{"config": k[2], "workload": k[1], "sim_error": None, "real_ttft_p50": real[ref][k].ttft_p50,
+                     "real_tpot_p50": real[ref][k].tpot_p50, "sim_ttft_p50": pred[k].ttft_p50,
+                     "sim_tpot_p50": pred[k].tpot_p50} for k in keys]
+            for metric, alike in distinct_pairs(rows).items():
+                out[metric][f"pairs 25% apart in real_{ref}, ordered alike by {name}"] = alike
     return out
+
+
+class _Latencies(NamedTuple):
+    """One run's (or the simulator's) latencies of a configuration and workload."""
+
+    ttft_p50: float
+    tpot_p50: float
 
 
 def main(argv: list[str]) -> int:
@@ -255,12 +260,11 @@ def main(argv: list[str]) -> int:
                 "pairs_apart_by_25pct_ordered_alike": distinct_pairs(e["per_sample"])}))
     hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["one_h200"] + load_samples([LEASE13])}
     print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
-    seventeenth = passes_of(sets["heldout17"])
-    passes = {"lease15": [s for s in sets["heldout15"] if s.model == "llama-3.1-8b"],
-              "lease17_pass1": seventeenth[0], "lease17_pass2": seventeenth[1]}
+    seventeenth = passes(sets["heldout17"], key=lambda s: (s.config_key, s.workload.name))
+    runs = {"lease15": [s for s in sets["heldout15"] if s.model == "llama-3.1-8b"],
+            "lease17_pass1": seventeenth[0], "lease17_pass2": seventeenth[1]}
     for cal in cals:
-        print(json.dumps({"set": "rank_repeatability", "calibration": cal.id,
-                          **rank_repeatability(passes, cal, hw)}))
+        print(json.dumps({"set": "rank_repeatability", "calibration": cal.id, **rank_repeatability(runs, cal, hw)}))
     return 0
 
 

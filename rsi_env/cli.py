@@ -101,13 +101,18 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from rsi_env.sim.fit import run_calibration
+    from rsi_env.sim.fit import run_calibration, run_host_calibration
 
     if args.from_store and args.host_measurements:
         raise RsiEnvError("--host-measurements goes with --measurements (files), not with --from-store")
+    if args.base and (args.measurements or not args.host_measurements):
+        raise RsiEnvError("--base goes with --host-measurements alone (the host stage from that calibration); "
+                          "--measurements fits a calibration from scratch")
     for path in args.measurements + args.host_measurements:
         if not Path(path).is_file():
             raise RsiEnvError(f"calibrate: no measurements file {path!r}")
+    if args.base and not Path(args.base).is_file():
+        raise RsiEnvError(f"calibrate: no calibration file {args.base!r} (--base)")
     if args.from_store:
         from rsi_env.store.calibrate import calibrate_from_store
         from rsi_env.store.cli import _store
@@ -115,8 +120,19 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         report = calibrate_from_store(_store(args), args.hardware, engine_version=args.engine_version, out=args.out,
                                       seed=args.seed, max_nfev=args.max_nfev, num_gpus=args.num_gpus or None)
         report["summary"] += f"\n  written to {report['path']} (the simulator now uses it: the newest fit)"
+    elif not args.measurements and args.host_measurements:
+        from rsi_env.sim.calibration import load_calibration
+
+        base = load_calibration(args.hardware, args.engine_version, args.base) if args.base else None
+        try:
+            report = run_host_calibration(args.hardware, args.host_measurements, base=base,
+                                          engine_version=args.engine_version, out=args.out, seed=args.seed,
+                                          max_nfev=args.max_nfev)
+        except ValueError as e:
+            raise RsiEnvError(str(e)) from e
     elif not args.measurements:
-        raise RsiEnvError("calibrate needs --measurements FILE.jsonl ... or --from-store")
+        raise RsiEnvError("calibrate needs --measurements FILE.jsonl ..., --host-measurements FILE.jsonl ... "
+                          "or --from-store")
     else:
         report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
                                  out=args.out, seed=args.seed, max_nfev=args.max_nfev,
@@ -190,7 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--hardware", required=True)
     c.add_argument("--measurements", nargs="+", default=[], help="JSON-lines files from the real tier")
     c.add_argument("--host-measurements", nargs="+", default=[],
-                   help="one host's runs: its CPU-side terms are refitted on them last (the host stage)")
+                   help="one host's runs: its CPU-side terms are refitted on them last (the host stage); "
+                        "alone, the host stage is fitted from --base (default: the calibration in use)")
+    c.add_argument("--base", default=None,
+                   help="with --host-measurements alone: the calibration YAML the host stage starts from")
     c.add_argument("--from-store", action="store_true",
                    help="fit to the experience store's real-tier rows; written to the user's calibration directory")
     c.add_argument("--store", default=None, help="with --from-store: store URL (default: RSI_ENV_STORE)")

@@ -6,6 +6,8 @@ Pure functions of plain numbers (no tier, no env), so they are checked by hand i
   positive finite number (a failed real measurement has no percentage error; it is counted apart);
 - ``spearman``: Spearman's rank correlation (Pearson's correlation of the ranks, ties given their
   mean rank), ``nan`` when fewer than two pairs or when one side has no spread;
+- ``passes``: repeated runs split into passes, the n-th run of each key in the n-th pass (the real engine's
+  rankings are compared pass against pass: one run of a configuration is a draw, not a value);
 - ``real_only_gpu_s``: what the same search would have cost on real alone — every sim evaluation
   plus the defaults' measurement, each at the mean GPU-seconds of a real measurement (engine start
   included, since every configuration is a new engine start).
@@ -14,9 +16,12 @@ Pure functions of plain numbers (no tier, no env), so they are checked by hand i
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
 
-__all__ = ["mape", "ranks", "real_only_gpu_s", "spearman"]
+__all__ = ["mape", "passes", "ranks", "real_only_gpu_s", "spearman"]
+
+T = TypeVar("T")
 
 
 def mape(sim: Sequence[float], real: Sequence[float]) -> float:
@@ -24,6 +29,18 @@ def mape(sim: Sequence[float], real: Sequence[float]) -> float:
     errs = [abs(s - r) / r for s, r in zip(sim, real, strict=True)
             if math.isfinite(s) and math.isfinite(r) and r > 0]
     return 100.0 * sum(errs) / len(errs) if errs else math.nan
+
+
+def passes(items: Iterable[T], key: Callable[[T], Hashable]) -> list[list[T]]:
+    """``items`` in passes, in their order: the n-th item of each key goes to the n-th pass."""
+    out: list[list[T]] = []
+    seen: dict[Hashable, int] = {}
+    for item in items:
+        n = seen[key(item)] = seen.get(key(item), -1) + 1
+        if n == len(out):
+            out.append([])
+        out[n].append(item)
+    return out
 
 
 def ranks(xs: Sequence[float]) -> list[float]:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsi_env.evaluate.fidelity import mape, ranks, real_only_gpu_s, spearman
+from rsi_env.evaluate.fidelity import mape, passes, ranks, real_only_gpu_s, spearman
 from rsi_env.evaluate.search import estimate_real_s, select_candidates
 
 
@@ -25,6 +25,20 @@ def test_mape_skips_failed_real_measurements():
 
 def test_ranks_share_ties():
     assert ranks([3.0, 1.0, 3.0, 2.0]) == [3.5, 1.0, 3.5, 2.0]
+
+
+def test_passes_put_the_nth_run_of_each_key_in_the_nth_pass():
+    runs = [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("b", 2), ("a", 3)]
+    assert passes(runs, key=lambda r: r[0]) == [[("a", 1), ("b", 1), ("c", 1)], [("a", 2), ("b", 2)], [("a", 3)]]
+    assert passes([], key=lambda r: r) == []
+
+
+@given(st.lists(st.integers(0, 4), max_size=30))
+def test_passes_keep_every_item_once_and_each_key_once_a_pass(keys):
+    got = passes(list(enumerate(keys)), key=lambda r: r[1])
+    assert sorted(x for p in got for x in p) == list(enumerate(keys))
+    assert all(len({k for _, k in p}) == len(p) for p in got)
+    assert all(p == sorted(p) for p in got)  # in their order
 
 
 def test_spearman_by_hand():

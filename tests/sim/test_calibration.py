@@ -219,3 +219,49 @@ def test_rank_agreement_gives_tied_predictions_their_mean_rank():
     want = spearman([s.real.tpot_p50 for s, _ in pairs], [p.tpot_p50 for _, p in pairs])
     assert rank_agreement(pairs)["tpot_p50"] == pytest.approx(want)
     assert rank_agreement(pairs[::-1])["tpot_p50"] == pytest.approx(want)  # the same in either order
+
+
+def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys):
+    """`rsi-env calibrate --host-measurements` without --measurements: the host stage from the calibration in use
+    (or --base), every GPU and model term kept, the base named in the provenance, the host's split recorded; the
+    CLI refuses --base beside --measurements and names a missing base file."""
+    from rsi_env.cli import main
+    from rsi_env.sim.fit import HOST, run_host_calibration
+
+    rows = (ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease17.jsonl").read_text().splitlines()
+    host_rows = [x for x in rows if '"flags": {}' in x or '"flags": {"max_num_seqs": 96}' in x][:8]
+    assert len(host_rows) == 8
+    (tmp_path / "h.jsonl").write_text("\n".join(host_rows) + "\n")
+    base = load_calibration("h200", "0.26")
+    rep = run_host_calibration("h200", [str(tmp_path / "h.jsonl")], max_nfev=6, out=str(tmp_path / "c.yaml"))
+    cal = load_calibration("h200", "0.26", tmp_path / "c.yaml")
+    assert rep["base"] == base.id == cal.provenance["base"] and cal.id != base.id and cal.id.startswith("h200-vllm0.26-")
+    for n in set(base.to_dict()) - set(HOST) - {"id", "provenance"}:
+        assert getattr(cal, n) == getattr(base, n), n
+    assert any(getattr(cal, n) != getattr(base, n) for n in HOST)
+    stage = cal.provenance["host_stage"]
+    assert stage["measurements"] == [str(tmp_path / "h.jsonl")] and stage["n_train"] == stage["n_held_out"] == 4
+    assert cal.provenance["measurements"] == base.provenance["measurements"]  # the main fit's, unchanged
+    assert "host stage after" in rep["summary"] and base.id in rep["summary"]
+    # From a given base: the same runs, another base, another id.
+    other = base.with_coefficients({"cpu_step_s": 3e-3})
+    other_path = tmp_path / "other.yaml"
+    dataclasses.replace(other, id="h200-vllm0.26-other").save(other_path)
+    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
+                 "--base", str(other_path), "--max-nfev", "2", "--out", str(tmp_path / "c2.yaml")]) == 0
+    assert "h200-vllm0.26-other" in capsys.readouterr().out
+    assert load_calibration("h200", "0.26", tmp_path / "c2.yaml").provenance["base"] == "h200-vllm0.26-other"
+    assert main(["calibrate", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
+                 "--base", str(other_path)]) == 2
+    assert "--base goes with --host-measurements alone" in capsys.readouterr().err
+    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
+                 "--base", str(tmp_path / "nope.yaml")]) == 2
+    assert "no calibration file" in capsys.readouterr().err
+    # No run to fit on, or a base of another GPU: refused before any fit, with what was wrong.
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "empty.jsonl")]) == 2
+    assert "no usable measurements" in capsys.readouterr().err
+    dataclasses.replace(other, hardware="h100-sxm").save(tmp_path / "h100.yaml")
+    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
+                 "--base", str(tmp_path / "h100.yaml")]) == 2
+    assert "is for 'h100-sxm', not 'h200'" in capsys.readouterr().err
