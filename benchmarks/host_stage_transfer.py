@@ -2,14 +2,14 @@
 
 The seventeenth lease (the one-H200 host kind, `data/measurements/h200-vllm0.26/heldout_lease17.jsonl`) ran five
 Llama-3.1-8B configurations twice, in two passes; its machine ran the engine's CPU side slower than the hosts the
-shipped calibration's host stage was fitted on (leases 9 and 13: `short_long`'s defaults at a TPOT p50 of 8.2-9.4
-ms against 6.6-6.8). This writes the first pass's rows to a file, runs `rsi-env calibrate --host-measurements` on
-it alone (`run_host_calibration`: the shipped calibration's `HOST` terms refitted, every GPU and model term
-kept), and prints the error of the shipped calibration and of the refitted one on the second pass (runs no fit
-saw, of the same configurations on the same machine), and on the fifteenth lease's runs of the same
-configurations (another machine of the same kind, faster on the CPU side): what a host stage buys on its own host
-and what it costs on another. Then the same from a single configuration (the first pass's defaults), the smallest
-probe a user might try.
+shipped calibration's host stage was fitted on (`short_long`'s defaults at a TPOT p50 of 8.2-9.4 ms, against
+6.7-6.8 ms on the thirteenth lease). This writes the first pass's rows to a file (what a user would give), runs
+`rsi-env calibrate --host-measurements` on it alone (`run_host_calibration`: the shipped calibration's `HOST`
+terms refitted, every GPU and model term kept), and prints the error of the shipped calibration and of the
+refitted one on the second pass (runs no fit saw, of the same configurations on the same machine), and on the
+fifteenth lease's runs of the same configurations (another machine of the same kind, faster on the CPU side):
+what a host stage buys on its own host and what it costs on another. Then the same from a single configuration
+(the first pass's defaults), the smallest probe a user might try.
 
 ``python benchmarks/host_stage_transfer.py [--max-nfev N]`` (default 60; about two minutes on one core).
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.evaluate.fidelity import passes
 from rsi_env.sim.calibration import Calibration, load_calibration
-from rsi_env.sim.fit import HOST, evaluate, load_samples, run_host_calibration
+from rsi_env.sim.fit import HOST, evaluate, run_host_calibration, samples_from_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"
@@ -39,12 +39,12 @@ def main(argv: list[str]) -> int:
     hw, shipped = load_hardware("h200"), load_calibration("h200", "0.26")
     first, second = passes([x for x in LEASE17.read_text().splitlines() if x.strip()], key=_run_key)
     defaults = [x for x in first if json.loads(x)["flags"] == {}]
+    lease15 = [r for r in map(json.loads, filter(str.strip, LEASE15.read_text().splitlines()))
+               if r["model"] == "llama-3.1-8b"]
+    sets = {"lease17_pass2": samples_from_rows([json.loads(x) for x in second], "the second pass"),
+            "lease15_same_configs": samples_from_rows(lease15, str(LEASE15))}
+    before = {name: evaluate(samples, shipped, hw) for name, samples in sets.items()}
     with tempfile.TemporaryDirectory() as tmp:
-        judged = {"lease17_pass2": Path(tmp) / "pass2.jsonl", "lease15_same_configs": Path(tmp) / "l15.jsonl"}
-        judged["lease17_pass2"].write_text("\n".join(second) + "\n")
-        judged["lease15_same_configs"].write_text("\n".join(
-            x for x in LEASE15.read_text().splitlines() if x.strip() and json.loads(x)["model"] == "llama-3.1-8b") + "\n")
-        sets = {name: load_samples([p]) for name, p in judged.items()}
         for probe_name, rows in (("lease17_pass1 (5 configurations)", first), ("lease17_pass1 defaults only", defaults)):
             probe = Path(tmp) / "probe.jsonl"
             probe.write_text("\n".join(rows) + "\n")
@@ -54,8 +54,7 @@ def main(argv: list[str]) -> int:
                               "calibration": moved.id,
                               "terms": {n: [round(getattr(shipped, n), 7), round(getattr(moved, n), 7)] for n in HOST}}))
             for name, samples in sets.items():
-                for label, cal in (("shipped", shipped), ("host_stage", moved)):
-                    e = evaluate(samples, cal, hw)
+                for label, e in (("shipped", before[name]), ("host_stage", evaluate(samples, moved, hw))):
                     print(json.dumps({"host_stage_from": probe_name, "set": name, "n": e["n"], "calibration": label,
                                       **{k: round(v, 4) for k, v in e.items()
                                          if k in ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape")},

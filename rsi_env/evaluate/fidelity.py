@@ -36,7 +36,8 @@ def passes(items: Iterable[T], key: Callable[[T], Hashable]) -> list[list[T]]:
     out: list[list[T]] = []
     seen: dict[Hashable, int] = {}
     for item in items:
-        n = seen[key(item)] = seen.get(key(item), -1) + 1
+        k = key(item)
+        n = seen[k] = seen.get(k, -1) + 1
         if n == len(out):
             out.append([])
         out[n].append(item)

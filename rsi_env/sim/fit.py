@@ -375,9 +375,7 @@ def run_calibration(hardware: str, measurements: list[str], *, engine_version: s
             e = report[when][part]
             lines.append(f"  {when:6s} {part:8s} {_mapes(e)}  blocks MAPE {_pct(e['num_gpu_blocks_mape'])}")
     if "host" in report:
-        h = report["host"]
-        for when in ("before", "after"):
-            lines.append(f"  host stage {when:6s} held_out ({h['n_held_out']} of the host's): {_mapes(h[when])}")
+        lines += _host_stage_lines(report["host"])
     lines.append(f"  {'written' if refit_all else 'fitted'} calibration ({'refit on all' if refit_all else 'split fit'}) "
                  f"on all {len(samples)}: {_mapes(report['after_all_configs'])}")
     lines.append(f"  ranks across all {len({s.config_key for s in samples})} configurations (Spearman, per model and "
@@ -446,12 +444,17 @@ def run_host_calibration(hardware: str, host_measurements: list[str], *, base: C
         fitted.save(out)
     lines = [f"calibration {fitted.id}: {base.id} with the host stage refitted on {len(hsamples)} runs"
              f" ({host['n_train']} to fit, {host['n_held_out']} held out)"]
-    for when in ("before", "after"):
-        lines.append(f"  host stage {when:6s} held_out ({host['n_held_out']} of the host's): {_mapes(host[when])}")
+    lines += _host_stage_lines(host)
     lines.append(f"  {'written' if refit_all else 'fitted'} calibration on all {len(hsamples)} of the host's: "
                  f"{_mapes(host['after_all_configs'])}")
     report["summary"] = "\n".join(lines)
     return report
+
+
+def _host_stage_lines(host: dict[str, Any]) -> list[str]:
+    """A summary's lines for the host stage (``_host_stage``'s report): its held-out error before and after."""
+    return [f"  host stage {when:6s} held_out ({host['n_held_out']} of the host's): {_mapes(host[when])}"
+            for when in ("before", "after")]
 
 
 def _errors(e: dict[str, Any]) -> dict[str, Any]:

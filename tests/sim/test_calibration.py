@@ -243,6 +243,10 @@ def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys
     assert stage["measurements"] == [str(tmp_path / "h.jsonl")] and stage["n_train"] == stage["n_held_out"] == 4
     assert cal.provenance["measurements"] == base.provenance["measurements"]  # the main fit's, unchanged
     assert "host stage after" in rep["summary"] and base.id in rep["summary"]
+    # One configuration other than the defaults: nothing to hold out from, so it fits on all of it.
+    (tmp_path / "one.jsonl").write_text("\n".join(x for x in host_rows if '"max_num_seqs": 96' in x) + "\n")
+    one = run_host_calibration("h200", [str(tmp_path / "one.jsonl")], max_nfev=2)
+    assert (one["host"]["n_train"], one["host"]["n_held_out"]) == (4, 0) and "n/a" in one["summary"]
     # From a given base: the same runs, another base, another id.
     other = base.with_coefficients({"cpu_step_s": 3e-3})
     other_path = tmp_path / "other.yaml"
