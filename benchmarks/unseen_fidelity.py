@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in fourteen sets, and the held-out leases pooled.
+"""The simulator against real measurements no calibration has seen, in fifteen sets, and the held-out leases pooled.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -55,6 +55,15 @@
   more, in two passes of opposite order: 40 measurements. Pooled into ``one_h200``. With the fifteenth lease's runs
   of them, three runs of each configuration: `rank_repeatability` prints how alike the real engine ranks them run
   to run (within a lease and across two) beside how alike the simulator ranks them.
+- ``heldout18``: `data/measurements/h200-vllm0.26/heldout_lease18.jsonl`, the eighteenth lease's (the one-H200
+  host), chosen and committed before it was measured: Llama-3.1-8B's defaults, long_prefill_token_threshold 256,
+  chunked prefill off, 64-token blocks, gpu_memory_utilization 0.14 and 0.145 (preempting), three of them twice:
+  36 measurements. Pooled into ``one_h200``. Its KV-cache sizes were then given to the shipped calibration's memory
+  stage (README); its times to no fit.
+- ``kv_cache_sizes_heldout19``: `data/measurements/h200-vllm0.26/heldout_lease19.jsonl`, the nineteenth lease's
+  start-ups of four configurations no fit has seen (Qwen2.5-7B at utilization 0.3, Mistral-7B at 32,768 batched
+  tokens, Llama-3.2-1B at 0.1, Llama-3.1-8B at 0.5 / 2,048 tokens / 32-token blocks): the memory plan's
+  ``num_gpu_blocks`` against the real engine's, nothing timed.
 
 This prints, for each set and each calibration given (default: the shipped one), the MAPE of throughput, TTFT
 and TPOT p50 and the Spearman correlation of configurations per (model, workload), the same numbers `rsi-env
@@ -84,7 +93,7 @@ from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.evaluate.fidelity import passes, spearman
 from rsi_env.sim.calibration import Calibration, load_calibration
-from rsi_env.sim.fit import Sample, evaluate, load_samples
+from rsi_env.sim.fit import Sample, blocks_error, evaluate, load_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALS = {"batching": ["real.jsonl"], "quantization": ["real.jsonl"], "prefix_cache": ["real.jsonl", "real_repeat.jsonl"]}
@@ -99,6 +108,8 @@ HELDOUT14 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease14.
 HELDOUT15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"
 HELDOUT16 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease16.jsonl"
 HELDOUT17 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease17.jsonl"
+HELDOUT18 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease18.jsonl"
+HELDOUT19 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease19.jsonl"
 LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
 
 
@@ -238,11 +249,12 @@ def main(argv: list[str]) -> int:
             "heldout10": load_samples([HELDOUT10]), "heldout12": load_samples([HELDOUT12]),
             "heldout11": load_samples([HELDOUT11]), "heldout14": load_samples([HELDOUT14]),
             "heldout15": load_samples([HELDOUT15]), "heldout16": load_samples([HELDOUT16]),
-            "heldout17": load_samples([HELDOUT17]),
+            "heldout17": load_samples([HELDOUT17]), "heldout18": load_samples([HELDOUT18]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     pooled = ("heldout", "heldout5", "heldout6", "heldout7", "heldout10", "heldout12")
     sets["heldout_pooled"] = [s for k in pooled for s in sets[k]]
-    sets["one_h200"] = sets["heldout11"] + sets["heldout14"] + sets["heldout15"] + sets["heldout16"] + sets["heldout17"]
+    sets["one_h200"] = [s for k in ("heldout11", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18")
+                        for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():
@@ -258,6 +270,10 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"set": name, "calibration": cal.id, "ttft_p50_mape_by_workload": {
                 w: round(sum(v) / len(v), 4) for w, v in sorted(by.items())},
                 "pairs_apart_by_25pct_ordered_alike": distinct_pairs(e["per_sample"])}))
+    # KV-cache sizes alone: the nineteenth lease's start-ups (its runs serve a few requests, too few to time).
+    kv_only = load_samples([HELDOUT19])
+    for cal in cals:
+        print(json.dumps({"set": "kv_cache_sizes_heldout19", "calibration": cal.id, **blocks_error(kv_only, cal, hw)}))
     hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["one_h200"] + load_samples([LEASE13])}
     print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
     seventeenth = passes(sets["heldout17"], key=lambda s: (s.config_key, s.workload.name))

@@ -101,19 +101,31 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from rsi_env.sim.fit import run_calibration, run_host_calibration
+    from rsi_env.sim.fit import run_calibration, run_host_calibration, run_memory_calibration
 
     if args.from_store and args.host_measurements:
         raise RsiEnvError("--host-measurements goes with --measurements (files), not with --from-store")
-    if args.base and (args.measurements or not args.host_measurements):
-        raise RsiEnvError("--base goes with --host-measurements alone (the host stage from that calibration); "
-                          "--measurements fits a calibration from scratch")
-    for path in args.measurements + args.host_measurements:
+    if args.memory_measurements and (args.measurements or args.host_measurements or args.from_store):
+        raise RsiEnvError("--memory-measurements goes alone (the memory stage from --base or the calibration in "
+                          "use); --measurements fits the memory terms with the rest")
+    if args.base and (args.measurements or not (args.host_measurements or args.memory_measurements)):
+        raise RsiEnvError("--base goes with --host-measurements or --memory-measurements alone (that stage from the "
+                          "calibration given); --measurements fits a calibration from scratch")
+    for path in args.measurements + args.host_measurements + args.memory_measurements:
         if not Path(path).is_file():
             raise RsiEnvError(f"calibrate: no measurements file {path!r}")
     if args.base and not Path(args.base).is_file():
         raise RsiEnvError(f"calibrate: no calibration file {args.base!r} (--base)")
-    if args.from_store:
+    if args.memory_measurements:
+        from rsi_env.sim.calibration import load_calibration
+
+        base = load_calibration(args.hardware, args.engine_version, args.base) if args.base else None
+        try:
+            report = run_memory_calibration(args.hardware, args.memory_measurements, base=base,
+                                            engine_version=args.engine_version, out=args.out, seed=args.seed)
+        except ValueError as e:
+            raise RsiEnvError(str(e)) from e
+    elif args.from_store:
         from rsi_env.store.calibrate import calibrate_from_store
         from rsi_env.store.cli import _store
 
@@ -131,8 +143,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise RsiEnvError(str(e)) from e
     elif not args.measurements:
-        raise RsiEnvError("calibrate needs --measurements FILE.jsonl ..., --host-measurements FILE.jsonl ... "
-                          "or --from-store")
+        raise RsiEnvError("calibrate needs --measurements FILE.jsonl ..., --host-measurements FILE.jsonl ..., "
+                          "--memory-measurements FILE.jsonl ... or --from-store")
     else:
         report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
                                  out=args.out, seed=args.seed, max_nfev=args.max_nfev,
@@ -208,8 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--host-measurements", nargs="+", default=[],
                    help="one host's runs: its CPU-side terms are refitted on them last (the host stage); "
                         "alone, the host stage is fitted from --base (default: the calibration in use)")
+    c.add_argument("--memory-measurements", nargs="+", default=[],
+                   help="runs whose KV-cache sizes (num_gpu_blocks) refit the memory terms of --base (default: the "
+                        "calibration in use), timing kept (the memory stage)")
     c.add_argument("--base", default=None,
-                   help="with --host-measurements alone: the calibration YAML the host stage starts from")
+                   help="with --host-measurements or --memory-measurements alone: the calibration YAML that stage "
+                        "starts from")
     c.add_argument("--from-store", action="store_true",
                    help="fit to the experience store's real-tier rows; written to the user's calibration directory")
     c.add_argument("--store", default=None, help="with --from-store: store URL (default: RSI_ENV_STORE)")

@@ -31,10 +31,10 @@ from rsi_env.errors import CalibrationError
 from rsi_env.evaluate.fidelity import spearman
 from rsi_env.sim import simulate_detailed
 from rsi_env.sim.calibration import COEFFICIENTS, Calibration, load_calibration
-from rsi_env.sim.memory import plan_memory
+from rsi_env.sim.memory import MemoryPlan, plan_memory
 
-__all__ = ["Sample", "calibration_id", "evaluate", "fit", "fit_host", "load_samples", "run_calibration",
-           "run_host_calibration", "samples_from_rows"]
+__all__ = ["Sample", "blocks_error", "calibration_id", "evaluate", "fit", "fit_host", "load_samples", "run_calibration",
+           "run_host_calibration", "run_memory_calibration", "samples_from_rows"]
 
 TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_eff", "attn_eff", "kv_bw_eff", "step_s",
           "per_req_s", "piecewise_layer_s", "eager_layer_s", "uncaptured_layer_s", "cpu_step_s", "cpu_per_req_s",
@@ -200,6 +200,12 @@ def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Ca
     return cal
 
 
+def _memory_plan(s: Sample, cal: Calibration, hw: HardwareSpec) -> MemoryPlan:
+    """The memory plan of a sample's configuration (vLLM's profiling, as `plan_memory` models it)."""
+    m = load_model(s.model)
+    return plan_memory(m, hw, EngineConfig.from_dict(s.flags).resolve(m, hw, s.engine_version), cal)
+
+
 def _fit_memory_terms(pts: list[Sample], cal: Calibration, hw: HardwareSpec, names: tuple[str, ...]) -> Calibration:
     """Least squares of the memory terms ``names`` on the configurations ``pts`` (one sample each), others fixed."""
     from scipy.optimize import least_squares
@@ -210,9 +216,7 @@ def _fit_memory_terms(pts: list[Sample], cal: Calibration, hw: HardwareSpec, nam
         c = cal.with_coefficients({n: float(v) * scale.get(n, 1.0) for n, v in zip(names, x, strict=True)})
         out = []
         for s in pts:
-            m = load_model(s.model)
-            cfg = EngineConfig.from_dict(s.flags).resolve(m, hw, s.engine_version)
-            plan = plan_memory(m, hw, cfg, c)
+            plan = _memory_plan(s, c, hw)
             out.append((plan.kv_cache_bytes - s.num_gpu_blocks * plan.block_bytes) / 1e9)
         return np.asarray(out)
 
@@ -448,6 +452,73 @@ def run_host_calibration(hardware: str, host_measurements: list[str], *, base: C
     lines.append(f"  {'written' if refit_all else 'fitted'} calibration on all {len(hsamples)} of the host's: "
                  f"{_mapes(host['after_all_configs'])}")
     report["summary"] = "\n".join(lines)
+    return report
+
+
+def blocks_error(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[str, Any]:
+    """``num_gpu_blocks`` MAPE and worst error of the memory plan, one figure per configuration (no simulation)."""
+    seen: dict[str, Sample] = {}
+    for s in samples:
+        if s.num_gpu_blocks:
+            seen.setdefault(s.config_key, s)
+    errs = [_ape(_memory_plan(s, cal, hw).num_gpu_blocks, s.num_gpu_blocks) for s in seen.values()]
+    return {"n_configs": len(errs), "num_gpu_blocks_mape": float(np.mean(errs)) if errs else None,
+            "num_gpu_blocks_max_ape": float(np.max(errs)) if errs else None}
+
+
+def run_memory_calibration(hardware: str, memory_measurements: list[str], *, base: Calibration | None = None,
+                           engine_version: str = "0.26", out: str | None = None, seed: int = 0,
+                           refit_all: bool = True) -> dict[str, Any]:
+    """The memory stage alone: ``base``'s memory terms (`MEMORY`, and a MoE model's) refitted on KV-cache sizes.
+
+    A run's ``num_gpu_blocks`` is what vLLM's memory profiling left for the KV cache; each configuration gives
+    one. The timing terms are kept: where the KV cache does not bind (most runs) they do not depend on these
+    terms, and a main fit (tens of minutes) is not repeated to add memory evidence, such as a KV cache measured
+    at a new ``gpu_memory_utilization`` or token budget. Split by configuration as the other stages: fitted on
+    part, the blocks' error on the rest before and after, then (with ``refit_all``) refitted on all. The
+    calibration written keeps the base's provenance, names the base, and records the memory stage.
+    """
+    hw = load_hardware(hardware)
+    base = base or load_calibration(hardware, engine_version)
+    if base.hardware != hardware:
+        raise ValueError(f"run_memory_calibration: base calibration {base.id!r} is for {base.hardware!r}, "
+                         f"not {hardware!r}")
+    texts, rows = _read_rows(memory_measurements)
+    samples = [s for s in samples_from_rows(rows, str(list(memory_measurements))) if s.num_gpu_blocks]
+    if not samples:
+        raise ValueError(f"run_memory_calibration: no measurement in {list(memory_measurements)} reports "
+                         "num_gpu_blocks")
+    train, held = split(samples, seed)
+    fitted = _fit_memory(train, base, hw)
+    report: dict[str, Any] = {
+        "hardware": hardware, "engine_version": base.engine_version, "seed": seed, "base": base.id,
+        "n_train_configs": len({s.config_key for s in train}), "n_held_out_configs": len({s.config_key for s in held}),
+        "held_out_configs": sorted({s.config_key for s in held}),
+        "before": blocks_error(held, base, hw), "after": blocks_error(held, fitted, hw)}
+    if refit_all:
+        fitted = _fit_memory(samples, fitted, hw)
+    report["all_configs_before"] = blocks_error(samples, base, hw)
+    report["all_configs"] = blocks_error(samples, fitted, hw)
+    digest = hashlib.sha256((base.id + json.dumps(hw.to_dict(), sort_keys=True) + "".join(texts)).encode()).hexdigest()[:12]
+    fitted = replace(fitted, id=calibration_id(fitted, digest), provenance={
+        **base.provenance, "fitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "base": base.id,
+        "memory_stage": {"measurements": [str(m) for m in memory_measurements], "sha256_12": digest,
+                         "device_memory_bytes": hw.memory_bytes, "terms": [*MEMORY, "act_moe_coef"],
+                         "n_train_configs": report["n_train_configs"],
+                         "n_held_out_configs": report["n_held_out_configs"],
+                         "held_out_error_before": report["before"], "held_out_error": report["after"],
+                         "all_configs_error": report["all_configs"]}})
+    report["calibration"] = fitted.to_dict()
+    if out:
+        fitted.save(out)
+    pct = (lambda e: f"blocks MAPE {_pct(e['num_gpu_blocks_mape'])} (worst {_pct(e['num_gpu_blocks_max_ape'])})")  # noqa: E731
+    report["summary"] = "\n".join([
+        f"calibration {fitted.id}: {base.id} with the memory stage refitted on {report['all_configs']['n_configs']} "
+        f"configurations' KV caches ({report['n_train_configs']} to fit, {report['n_held_out_configs']} held out)",
+        f"  memory stage before held_out: {pct(report['before'])}",
+        f"  memory stage after  held_out: {pct(report['after'])}",
+        f"  {'written' if refit_all else 'fitted'} calibration on all: {pct(report['all_configs'])} "
+        f"(the base: {pct(report['all_configs_before'])})"])
     return report
 
 

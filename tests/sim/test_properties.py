@@ -123,7 +123,7 @@ def test_a_preempted_request_returning_to_a_longer_shared_prefix_counts_its_hits
                             "arrival": {"process": "burst"}, "shared_prefix": {"groups": 4, "tokens": 800}})
     flags = {"max_num_seqs": 64, "max_num_batched_tokens": 8192, "block_size": 32, "enable_prefix_caching": True,
              "enable_chunked_prefill": False, "long_prefill_token_threshold": 64, "scheduling_policy": "fcfs",
-             "max_model_len": 4096, "gpu_memory_utilization": 0.13}
+             "max_model_len": 4096, "gpu_memory_utilization": 0.125}  # 334 blocks of 32 tokens: it preempts
     out = run(flags, w)
     assert out is not None
     _, r = out
