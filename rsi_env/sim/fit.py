@@ -415,6 +415,15 @@ def _host_stage(hsamples: list[Sample], hrows: list[dict[str, Any]], host_measur
     return fitted, report, stage
 
 
+def _stage_base(who: str, hardware: str, base: Calibration | None,
+                engine_version: str) -> tuple[HardwareSpec, Calibration]:
+    """The hardware and the calibration a stage run alone starts from (``base``, or the one in use), or ValueError."""
+    base = base or load_calibration(hardware, engine_version)
+    if base.hardware != hardware:
+        raise ValueError(f"{who}: base calibration {base.id!r} is for {base.hardware!r}, not {hardware!r}")
+    return load_hardware(hardware), base
+
+
 def run_host_calibration(hardware: str, host_measurements: list[str], *, base: Calibration | None = None,
                          engine_version: str = "0.26", out: str | None = None, seed: int = 0, max_nfev: int = 60,
                          refit_all: bool = True) -> dict[str, Any]:
@@ -427,11 +436,7 @@ def run_host_calibration(hardware: str, host_measurements: list[str], *, base: C
     repeated. The calibration written keeps the base's provenance, names the base, and records the host stage
     (split, errors before and after, the host) in place of the base's.
     """
-    hw = load_hardware(hardware)
-    base = base or load_calibration(hardware, engine_version)
-    if base.hardware != hardware:
-        raise ValueError(f"run_host_calibration: base calibration {base.id!r} is for {base.hardware!r}, "
-                         f"not {hardware!r}")
+    hw, base = _stage_base("run_host_calibration", hardware, base, engine_version)
     htexts, hrows = _read_rows(host_measurements)
     hsamples = samples_from_rows(hrows, str(list(host_measurements)))
     t0 = time.perf_counter()
@@ -478,11 +483,7 @@ def run_memory_calibration(hardware: str, memory_measurements: list[str], *, bas
     part, the blocks' error on the rest before and after, then (with ``refit_all``) refitted on all. The
     calibration written keeps the base's provenance, names the base, and records the memory stage.
     """
-    hw = load_hardware(hardware)
-    base = base or load_calibration(hardware, engine_version)
-    if base.hardware != hardware:
-        raise ValueError(f"run_memory_calibration: base calibration {base.id!r} is for {base.hardware!r}, "
-                         f"not {hardware!r}")
+    hw, base = _stage_base("run_memory_calibration", hardware, base, engine_version)
     texts, rows = _read_rows(memory_measurements)
     samples = [s for s in samples_from_rows(rows, str(list(memory_measurements))) if s.num_gpu_blocks]
     if not samples:
