@@ -39,22 +39,35 @@ def _run_one(cmd: list[str], timeout: float, log: Path, env: dict[str, str]) -> 
             return -9
 
 
+def _selected_runs(runs: list[dict], only: list[str]) -> list[dict]:
+    """The plan's runs named in ``only``, in that order (a second pass can reverse the first), or all of them.
+
+    A name the plan lacks is refused before anything runs: a typo would otherwise spend a lease doing nothing.
+    """
+    if not only:
+        return runs
+    by_name = {r["name"]: r for r in runs}
+    unknown = [n for n in only if n not in by_name]
+    if unknown:
+        raise SystemExit(f"campaign: no run named {unknown} in the plan; its runs: {list(by_name)}")
+    return [by_name[n] for n in only]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--plan", required=True)
     p.add_argument("--out", required=True, help="folder for results.jsonl and campaign.log")
     p.add_argument("--deadline-s", type=float, default=540.0, help="seconds from now")
-    p.add_argument("--only", default="", help="comma-separated run names to do (default: all)")
+    p.add_argument("--only", default="",
+                   help="comma-separated run names to do, in that order (default: all, in the plan's order)")
     args = p.parse_args(argv)
     t_end = time.monotonic() + args.deadline_s
     plan = yaml.safe_load(Path(args.plan).read_text())
+    runs = _selected_runs(plan["runs"], [s for s in args.only.split(",") if s])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     wl = [str(Path(args.plan).parent / w) if not Path(w).exists() else w for w in plan["workloads"]]
-    only = {s for s in args.only.split(",") if s}
-    for run in plan["runs"]:
-        if only and run["name"] not in only:
-            continue
+    for run in runs:
         left = t_end - time.monotonic()
         need = float(run.get("min_left_s", plan.get("min_left_s", 90)))
         if left < need:
