@@ -116,13 +116,19 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             raise RsiEnvError(f"calibrate: no measurements file {path!r}")
     if args.base and not Path(args.base).is_file():
         raise RsiEnvError(f"calibrate: no calibration file {args.base!r} (--base)")
-    if args.memory_measurements:
+    if args.memory_measurements or (args.host_measurements and not args.measurements):
         from rsi_env.sim.calibration import load_calibration
 
+        # One stage alone, from --base or the calibration in use: the memory terms, or the host's.
         base = load_calibration(args.hardware, args.engine_version, args.base) if args.base else None
         try:
-            report = run_memory_calibration(args.hardware, args.memory_measurements, base=base,
-                                            engine_version=args.engine_version, out=args.out, seed=args.seed)
+            if args.memory_measurements:
+                report = run_memory_calibration(args.hardware, args.memory_measurements, base=base,
+                                                engine_version=args.engine_version, out=args.out, seed=args.seed)
+            else:
+                report = run_host_calibration(args.hardware, args.host_measurements, base=base,
+                                              engine_version=args.engine_version, out=args.out, seed=args.seed,
+                                              max_nfev=args.max_nfev)
         except ValueError as e:
             raise RsiEnvError(str(e)) from e
     elif args.from_store:
@@ -132,16 +138,6 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         report = calibrate_from_store(_store(args), args.hardware, engine_version=args.engine_version, out=args.out,
                                       seed=args.seed, max_nfev=args.max_nfev, num_gpus=args.num_gpus or None)
         report["summary"] += f"\n  written to {report['path']} (the simulator now uses it: the newest fit)"
-    elif not args.measurements and args.host_measurements:
-        from rsi_env.sim.calibration import load_calibration
-
-        base = load_calibration(args.hardware, args.engine_version, args.base) if args.base else None
-        try:
-            report = run_host_calibration(args.hardware, args.host_measurements, base=base,
-                                          engine_version=args.engine_version, out=args.out, seed=args.seed,
-                                          max_nfev=args.max_nfev)
-        except ValueError as e:
-            raise RsiEnvError(str(e)) from e
     elif not args.measurements:
         raise RsiEnvError("calibrate needs --measurements FILE.jsonl ..., --host-measurements FILE.jsonl ..., "
                           "--memory-measurements FILE.jsonl ... or --from-store")

@@ -188,16 +188,21 @@ def _fit_memory(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> Ca
     the MoE term on the MoE models' with those fixed (a MoE-only set fits all of them on its own). One joint fit
     lets the MoE configurations, whose profile run is dominated by the fused-MoE caches, bend the shared terms.
     """
-    seen: dict[str, Sample] = {}
-    for s in samples:
-        if s.num_gpu_blocks and s.config_key not in seen:
-            seen[s.config_key] = s
-    dense, moe = _dense_and_moe(list(seen.values()))
+    dense, moe = _dense_and_moe(_kv_points(samples))
     if dense:
         cal = _fit_memory_terms(dense, cal, hw, MEMORY)
     if moe:
         cal = _fit_memory_terms(moe, cal, hw, ("act_moe_coef",) if dense else MEMORY + ("act_moe_coef",))
     return cal
+
+
+def _kv_points(samples: list[Sample]) -> list[Sample]:
+    """One sample per configuration that reports its KV cache: every workload of a configuration shares one."""
+    seen: dict[str, Sample] = {}
+    for s in samples:
+        if s.num_gpu_blocks:
+            seen.setdefault(s.config_key, s)
+    return list(seen.values())
 
 
 def _memory_plan(s: Sample, cal: Calibration, hw: HardwareSpec) -> MemoryPlan:
@@ -462,11 +467,7 @@ def run_host_calibration(hardware: str, host_measurements: list[str], *, base: C
 
 def blocks_error(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[str, Any]:
     """``num_gpu_blocks`` MAPE and worst error of the memory plan, one figure per configuration (no simulation)."""
-    seen: dict[str, Sample] = {}
-    for s in samples:
-        if s.num_gpu_blocks:
-            seen.setdefault(s.config_key, s)
-    errs = [_ape(_memory_plan(s, cal, hw).num_gpu_blocks, s.num_gpu_blocks) for s in seen.values()]
+    errs = [_ape(_memory_plan(s, cal, hw).num_gpu_blocks, s.num_gpu_blocks) for s in _kv_points(samples)]
     return {"n_configs": len(errs), "num_gpu_blocks_mape": float(np.mean(errs)) if errs else None,
             "num_gpu_blocks_max_ape": float(np.max(errs)) if errs else None}
 
