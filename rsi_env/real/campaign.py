@@ -1,7 +1,7 @@
 """Run a grid of engine configurations on the real engine, each in its own process, within a deadline.
 
-A plan (``configs/calibration/*.yaml``) lists ``runs`` (model + flags), ``workloads`` and optionally
-``env`` (variables every run's processes get, e.g. NCCL settings on several GPUs). Each run
+A plan (``configs/calibration/*.yaml``) lists ``runs`` (model, flags, optionally driver options),
+``workloads`` and optionally ``env`` (variables every run's processes get, e.g. NCCL settings on several GPUs). Each run
 is one :mod:`rsi_env.real.vllm_driver` process in its own process group, killed whole if it
 outlives ``per_run_timeout_s``; no run starts if fewer than ``min_left_s`` seconds remain before
 the deadline. Results are appended to one JSON-lines file as they come, so a cut-short campaign
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["main"]
+__all__ = ["driver_command", "main"]
 
 
 def _run_one(cmd: list[str], timeout: float, log: Path, env: dict[str, str]) -> int:
@@ -53,6 +53,17 @@ def _selected_runs(runs: list[dict], only: list[str]) -> list[dict]:
     return [by_name[n] for n in only]
 
 
+def driver_command(run: dict, workloads: list[str], results: Path) -> list[str]:
+    """The `rsi_env.real.vllm_driver` command of one run: its model, flags (``set``), workloads (the run's own or
+    the plan's) and further driver options (``args``, e.g. ``[--no-min-tokens]``)."""
+    cmd = [sys.executable, "-m", "rsi_env.real.vllm_driver", "--model", run["model"], "--out", str(results)]
+    for k, v in (run.get("set") or {}).items():
+        cmd += ["--set", f"{k}={json.dumps(v)}"]
+    for w in run.get("workloads", workloads):
+        cmd += ["--workload", w]
+    return cmd + [str(a) for a in run.get("args") or []]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--plan", required=True)
@@ -73,12 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         if left < need:
             print(json.dumps({"skipped": run["name"], "left_s": round(left)}), flush=True)
             continue
-        cmd = [sys.executable, "-m", "rsi_env.real.vllm_driver", "--model", run["model"],
-               "--out", str(out / "results.jsonl")]
-        for k, v in (run.get("set") or {}).items():
-            cmd += ["--set", f"{k}={json.dumps(v)}"]
-        for w in run.get("workloads", wl):
-            cmd += ["--workload", w]
+        cmd = driver_command(run, wl, out / "results.jsonl")
         t0 = time.monotonic()
         env = {str(k): str(v) for k, v in (plan.get("env") or {}).items()}
         rc = _run_one(cmd, min(float(plan.get("per_run_timeout_s", 240)), left - 5), out / "campaign.log", env)

@@ -71,7 +71,7 @@ def _metric_values() -> dict[str, float]:
 
 
 async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str, record: int = 0,
-                     steps: StepTrace | None = None) -> tuple[RequestTimings, dict[str, Any]]:
+                     steps: StepTrace | None = None, min_tokens: bool = True) -> tuple[RequestTimings, dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
@@ -87,7 +87,9 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str, record: in
     done = asyncio.Event()
 
     async def one(i: int, t0: float) -> None:
-        sp = SamplingParams(max_tokens=int(trace.output_len[i]), min_tokens=int(trace.output_len[i]),
+        # ignore_eos alone gives every request exactly max_tokens; min_tokens adds vLLM's min-tokens logits
+        # processor, which a request joining the batch updates (``--no-min-tokens`` leaves it out).
+        sp = SamplingParams(max_tokens=int(trace.output_len[i]), min_tokens=int(trace.output_len[i]) if min_tokens else 0,
                             ignore_eos=True, temperature=0.0, output_kind=RequestOutputKind.DELTA,
                             detokenize=False)
         arrival[i] = time.perf_counter() - t0
@@ -231,12 +233,13 @@ async def _main_async(args: argparse.Namespace) -> int:
         # Warm-up: first-use effects (kernel JIT per batch shape) stay out of the measurement.
         for warm in warmup_workloads(int(resolved["max_num_batched_tokens"]), int(resolved["max_num_seqs"]),
                                      int(resolved["max_model_len"])):
-            await _run_trace(engine, warm.trace(), spec.vocab_size, warm.name)
+            await _run_trace(engine, warm.trace(), spec.vocab_size, warm.name, min_tokens=args.min_tokens)
         for w in workloads:
             await engine.reset_prefix_cache()
             trace = w.trace()
             t_w = time.perf_counter()
-            timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name, args.record_tokens, steps)
+            timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name, args.record_tokens, steps,
+                                          args.min_tokens)
             step_cols = c.pop("steps")
             q = c["prefix_cache_queries"]
             tel = summarize(
@@ -256,7 +259,7 @@ async def _main_async(args: argparse.Namespace) -> int:
                 "requests": {"arrival_s": timings.arrival.round(6).tolist(),
                              "first_token_s": timings.first_token.round(6).tolist(),
                              "finish_s": timings.finish.round(6).tolist()},
-                "policy_keys": bool(args.policy_keys),
+                "policy_keys": bool(args.policy_keys), "min_tokens": args.min_tokens,
                 "steps": step_cols,
             }
             with open(args.out, "a") as f:
@@ -298,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
     p.add_argument("--policy-keys", default=None, metavar="FILE",
                    help="run a scheduling policy: {request id: [waiting_key, victim_key]} (rsi_env.real.policy_keys)")
+    p.add_argument("--no-min-tokens", dest="min_tokens", action="store_false",
+                   help="ask each request's exact length with ignore_eos and max_tokens only, not min_tokens too")
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return asyncio.run(_main_async(args))
