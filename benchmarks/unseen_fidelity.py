@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in fifteen sets, and the held-out leases pooled.
+"""The simulator against real measurements no calibration has seen, in sixteen sets, and the held-out leases pooled.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -54,12 +54,16 @@
   host), chosen and committed before it was measured: the fifteenth lease's five Llama-3.1-8B configurations twice
   more, in two passes of opposite order: 40 measurements. Pooled into ``one_h200``. With the fifteenth lease's runs
   of them, three runs of each configuration: `rank_repeatability` prints how alike the real engine ranks them run
-  to run (within a lease and across two) beside how alike the simulator ranks them.
+  to run (within a lease and across two) beside how alike the simulator ranks them. Its step traces were given to
+  the shipped calibration's launch stage (README); its end-to-end times to no fit.
 - ``heldout18``: `data/measurements/h200-vllm0.26/heldout_lease18.jsonl`, the eighteenth lease's (the one-H200
   host), chosen and committed before it was measured: Llama-3.1-8B's defaults, long_prefill_token_threshold 256,
   chunked prefill off, 64-token blocks, gpu_memory_utilization 0.14 and 0.145 (preempting), three of them twice:
   36 measurements. Pooled into ``one_h200``. Its KV-cache sizes were then given to the shipped calibration's memory
-  stage (README); its times to no fit.
+  stage and its step traces to the launch stage (README); its end-to-end times to no fit.
+- ``heldout20``: `data/measurements/h200-vllm0.26/heldout_lease20.jsonl`, the twentieth lease's (the one-H200 host),
+  committed before it was measured: vLLM's defaults on Llama-3.1-8B four times, alternately without and with
+  ``min_tokens`` in the requests: 16 measurements, nothing of them fitted. Pooled into ``one_h200``.
 - ``kv_cache_sizes_heldout19``: `data/measurements/h200-vllm0.26/heldout_lease19.jsonl`, the nineteenth lease's
   start-ups of four configurations no fit has seen (Qwen2.5-7B at utilization 0.3, Mistral-7B at 32,768 batched
   tokens, Llama-3.2-1B at 0.1, Llama-3.1-8B at 0.5 / 2,048 tokens / 32-token blocks): the memory plan's
@@ -109,6 +113,7 @@ HELDOUT15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.
 HELDOUT16 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease16.jsonl"
 HELDOUT17 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease17.jsonl"
 HELDOUT18 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease18.jsonl"
+HELDOUT20 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease20.jsonl"
 HELDOUT19 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease19.jsonl"
 LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
 
@@ -250,11 +255,12 @@ def main(argv: list[str]) -> int:
             "heldout11": load_samples([HELDOUT11]), "heldout14": load_samples([HELDOUT14]),
             "heldout15": load_samples([HELDOUT15]), "heldout16": load_samples([HELDOUT16]),
             "heldout17": load_samples([HELDOUT17]), "heldout18": load_samples([HELDOUT18]),
+            "heldout20": load_samples([HELDOUT20]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     pooled = ("heldout", "heldout5", "heldout6", "heldout7", "heldout10", "heldout12")
     sets["heldout_pooled"] = [s for k in pooled for s in sets[k]]
-    sets["one_h200"] = [s for k in ("heldout11", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18")
-                        for s in sets[k]]
+    sets["one_h200"] = [s for k in ("heldout11", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18",
+                                    "heldout20") for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
     for name, samples in sets.items():

@@ -108,21 +108,29 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.memory_measurements and (args.measurements or args.host_measurements or args.from_store):
         raise RsiEnvError("--memory-measurements goes alone (the memory stage from --base or the calibration in "
                           "use); --measurements fits the memory terms with the rest")
-    if args.base and (args.measurements or not (args.host_measurements or args.memory_measurements)):
-        raise RsiEnvError("--base goes with --host-measurements or --memory-measurements alone (that stage from the "
-                          "calibration given); --measurements fits a calibration from scratch")
-    for path in args.measurements + args.host_measurements + args.memory_measurements:
+    if args.step_measurements and (args.measurements or args.host_measurements or args.memory_measurements
+                                   or args.from_store):
+        raise RsiEnvError("--step-measurements goes alone (the launch stage from --base or the calibration in use)")
+    if args.base and (args.measurements or not (args.host_measurements or args.memory_measurements
+                                                or args.step_measurements)):
+        raise RsiEnvError("--base goes with --host-measurements, --memory-measurements or --step-measurements alone "
+                          "(that stage from the calibration given); --measurements fits a calibration from scratch")
+    for path in args.measurements + args.host_measurements + args.memory_measurements + args.step_measurements:
         if not Path(path).is_file():
             raise RsiEnvError(f"calibrate: no measurements file {path!r}")
     if args.base and not Path(args.base).is_file():
         raise RsiEnvError(f"calibrate: no calibration file {args.base!r} (--base)")
-    if args.memory_measurements or (args.host_measurements and not args.measurements):
+    if args.memory_measurements or args.step_measurements or (args.host_measurements and not args.measurements):
         from rsi_env.sim.calibration import load_calibration
+        from rsi_env.sim.launch_fit import run_launch_calibration
 
-        # One stage alone, from --base or the calibration in use: the memory terms, or the host's.
+        # One stage alone, from --base or the calibration in use: the memory terms, the launch term or the host's.
         base = load_calibration(args.hardware, args.engine_version, args.base) if args.base else None
         try:
-            if args.memory_measurements:
+            if args.step_measurements:
+                report = run_launch_calibration(args.hardware, args.step_measurements, base=base,
+                                                engine_version=args.engine_version, out=args.out, seed=args.seed)
+            elif args.memory_measurements:
                 report = run_memory_calibration(args.hardware, args.memory_measurements, base=base,
                                                 engine_version=args.engine_version, out=args.out, seed=args.seed)
             else:
@@ -140,7 +148,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         report["summary"] += f"\n  written to {report['path']} (the simulator now uses it: the newest fit)"
     elif not args.measurements:
         raise RsiEnvError("calibrate needs --measurements FILE.jsonl ..., --host-measurements FILE.jsonl ..., "
-                          "--memory-measurements FILE.jsonl ... or --from-store")
+                          "--memory-measurements FILE.jsonl ..., --step-measurements FILE.jsonl ... or --from-store")
     else:
         report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
                                  out=args.out, seed=args.seed, max_nfev=args.max_nfev,
@@ -219,9 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--memory-measurements", nargs="+", default=[],
                    help="runs whose KV-cache sizes (num_gpu_blocks) refit the memory terms of --base (default: the "
                         "calibration in use), timing kept (the memory stage)")
+    c.add_argument("--step-measurements", nargs="+", default=[],
+                   help="runs whose step traces set the CPU launch cost of a step with prompt tokens "
+                        "(piecewise_layer_s) of --base (default: the calibration in use), the rest kept (the launch "
+                        "stage)")
     c.add_argument("--base", default=None,
-                   help="with --host-measurements or --memory-measurements alone: the calibration YAML that stage "
-                        "starts from")
+                   help="with --host-measurements, --memory-measurements or --step-measurements alone: the "
+                        "calibration YAML that stage starts from")
     c.add_argument("--from-store", action="store_true",
                    help="fit to the experience store's real-tier rows; written to the user's calibration directory")
     c.add_argument("--store", default=None, help="with --from-store: store URL (default: RSI_ENV_STORE)")

@@ -49,7 +49,9 @@ class Calibration:
     per_req_s: float = 4.0e-6     # per scheduled request (metadata, sampling)
     per_token_s: float = 1.0e-8   # per scheduled token beyond the roofline (embedding, norms)
     quant_layer_s: float = 0.0    # per layer, fp8 weights: quantizing the activations before each linear layer
-    piecewise_layer_s: float = 1.0e-5  # per layer, mixed batches (attention outside the CUDA graph)
+    piecewise_layer_s: float = 1.0e-5  # per layer, CPU to launch a step with prompt tokens: piecewise CUDA graphs,
+    #                                    attention called from Python between them (overlaps the kernels: see
+    #                                    StepCost.dispatch)
     eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph (enforce_eager)
     uncaptured_layer_s: float = 3.0e-4  # per layer, CPU to launch a compiled model's batch above the largest CUDA
     #                                     graph (overlaps the kernels: see StepCost.dispatch)

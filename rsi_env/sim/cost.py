@@ -5,13 +5,14 @@ compute rate and its bytes at the calibrated bandwidth: the decoder's linear lay
 once per step, FLOPs on the CUDA-graph-padded token count; MoE reads only the experts the batch
 activates), the LM head on the sampled rows, prefill attention (FLOPs of each chunk against its
 context), decode attention (KV bytes read), tensor-parallel all-reduces, and per-step, per-request
-and per-layer launch overheads (eager or piecewise CUDA graphs; with fp8 weights, quantizing the
-activations before each linear layer). A MoE model's routed experts run vLLM's fused-MoE grouped
-GEMM, whose FLOP rate is a calibrated fraction of a dense GEMM's. A compiled model's step larger than
-the largest CUDA graph is launched from the CPU piece by piece (a MoE layer's pieces cost more), on the engine
-core's thread, which overlaps the kernels but not the engine core's own CPU work (scheduling, outputs). With
-async scheduling that thread runs beside the device and the slower of the two sets the step's time; without
-it the thread's own work follows the step.
+and per-layer overheads (eager launches; with fp8 weights, quantizing the activations before each linear
+layer). A MoE model's routed experts run vLLM's fused-MoE grouped GEMM, whose FLOP rate is a calibrated
+fraction of a dense GEMM's. Only a decode-only step within the captured sizes runs as one CUDA graph: a step with
+prompt tokens runs piecewise graphs with each layer's attention called from Python, and a step larger than the
+largest CUDA graph is launched piece by piece (a MoE layer's pieces cost more), on the engine core's thread,
+which overlaps the kernels but not the engine core's own CPU work (scheduling, outputs). With async scheduling
+that thread runs beside the device and the slower of the two sets the step's time; without it the thread's own
+work follows the step.
 """
 
 from __future__ import annotations
@@ -128,22 +129,29 @@ class StepCost:
                 t += cal.eager_layer_s * self._layers
             if self._tp > 1:  # two all-reduces a layer, each launched from Python
                 t += 2.0 * cal.eager_allreduce_s * self._layers
-        elif mode == _PIECEWISE:
-            t += cal.piecewise_layer_s * self._layers
         return t
 
-    def dispatch(self, num_tokens: int) -> float:
-        """CPU time to launch a compiled model's step outside any CUDA graph (its pieces' Python wrappers).
+    def dispatch(self, num_tokens: int, uniform_decode: bool = True) -> float:
+        """CPU time to launch a compiled model's step that one full CUDA graph does not run.
 
-        The GPU runs the launched kernels meanwhile, so this overlaps the kernels' own time, but not the
-        engine core's own CPU work: vLLM's single-GPU executor launches the model on the engine core's
-        thread, between scheduling the step and processing the previous step's output (`combine`). It is
-        what a small step costs when it exceeds the largest captured size (e.g. a full batch of
-        ``max_num_seqs`` decodes plus new prompts), and hidden under a large prefill.
+        A step with prompt tokens runs piecewise CUDA graphs: the pieces between attention layers are replayed
+        and each layer's attention is called from Python (``piecewise_layer_s`` a layer); a step above the
+        largest captured size runs the compiled pieces through their Python wrappers (``uncaptured_layer_s``, and
+        ``uncaptured_moe_layer_s`` a MoE layer). The GPU runs the launched kernels meanwhile, so this overlaps the
+        kernels' own time, but not the engine core's own CPU work: vLLM's single-GPU executor launches the model
+        on the engine core's thread, between scheduling the step and processing the previous step's output
+        (`combine`). The real engine's step traces show it: under async scheduling the gap before a decode
+        step's output is 6.1 ms when a decode step follows and 13-19 ms when a piecewise one does (new prompts or
+        a prompt's next chunk alike), on Llama-3.1-8B `short_long`, one host at one time (8-10 ms at another);
+        the piecewise step's own gap is 5-6 ms. Llama-3.2-1B, with half the layers, shows less than half of it.
+        A full CUDA graph (a decode-only step within the captured sizes) costs one launch, kept in ``step_s``.
         """
-        if num_tokens <= self._max_graph or self.cfg.enforce_eager:
+        if self.cfg.enforce_eager:
             return 0.0
-        return self.cal.uncaptured_layer_s * self._layers + self.cal.uncaptured_moe_layer_s * self._moe_layers
+        mode = self.graph_mode(num_tokens, uniform_decode)
+        if mode == _NO_GRAPH:
+            return self.cal.uncaptured_layer_s * self._layers + self.cal.uncaptured_moe_layer_s * self._moe_layers
+        return self.cal.piecewise_layer_s * self._layers if mode == _PIECEWISE else 0.0
 
     def graph_mode(self, num_tokens: int, uniform_decode: bool) -> int:
         """How vLLM runs a step (a `GRAPH_MODES` code): without a CUDA graph, piecewise graphs or one full graph.
@@ -188,7 +196,7 @@ class StepCost:
         """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests."""
         kernels = self.kernels(num_tokens, num_reqs, decode_ctx_tokens, prefill_pairs, prefill_ctx_tokens)
         return float(self.combine(kernels, self.overhead(num_tokens, num_reqs, uniform_decode),
-                                  self.dispatch(num_tokens), self.cpu_time(num_running, num_new)))
+                                  self.dispatch(num_tokens, uniform_decode), self.cpu_time(num_running, num_new)))
 
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
         """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.

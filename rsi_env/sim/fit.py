@@ -16,9 +16,10 @@ import json
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -59,7 +60,7 @@ JIT_PAUSE_S = 0.4
 _BOUNDS = {
     "mm_eff": (0.2, 1.0), "mm_half_tokens": (1.0, 2048.0), "roofline_sharpness": (1.2, 12.0), "bw_eff": (0.3, 1.0),
     "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0),
-    "step_s": (1e-5, 5e-3), "per_req_s": (1e-8, 1e-4), "piecewise_layer_s": (1e-7, 2e-4),
+    "step_s": (1e-5, 5e-3), "per_req_s": (1e-8, 1e-4), "piecewise_layer_s": (1e-7, 2e-3),
     "eager_layer_s": (1e-6, 5e-4), "uncaptured_layer_s": (1e-6, 2e-3), "cpu_step_s": (1e-5, 2e-2),
     "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 5e-2),
     "cpu_per_new_req_s": (1e-7, 5e-3), "mm_half_exp": (0.01, 3.0),
@@ -112,7 +113,15 @@ def load_samples(paths: list[str | Path]) -> list[Sample]:
     return samples_from_rows(_read_rows(paths)[1], str([str(p) for p in paths]))
 
 
-def split(samples: list[Sample], seed: int, held_fraction: float = 0.3) -> tuple[list[Sample], list[Sample]]:
+class _Keyed(Protocol):
+    @property
+    def config_key(self) -> str: ...
+
+
+_K = TypeVar("_K", bound=_Keyed)
+
+
+def split(samples: list[_K], seed: int, held_fraction: float = 0.3) -> tuple[list[_K], list[_K]]:
     """Hold out whole configurations: a seeded hash of each config decides, defaults always train."""
     keys = sorted({s.config_key for s in samples})
     scored = sorted(keys, key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
@@ -472,6 +481,28 @@ def blocks_error(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> d
             "num_gpu_blocks_max_ape": float(np.max(errs)) if errs else None}
 
 
+def staged_fit(items: list[_K], seed: int, base: Calibration, hw: HardwareSpec, refit_all: bool,
+               fit_fn: Callable[[list[_K], Calibration, HardwareSpec], Calibration],
+               error_fn: Callable[[list[_K], Calibration, HardwareSpec], dict[str, Any]],
+               ) -> tuple[Calibration, dict[str, Any]]:
+    """A stage alone, split by configuration (`split`): fitted on part, ``error_fn`` on the rest before and after,
+    then (with ``refit_all``) refitted on all; and ``error_fn`` on all, before the stage and after.
+
+    Returns the calibration and the stage's report (its base, split and errors)."""
+    train, held = split(items, seed)
+    fitted = fit_fn(train, base, hw)
+    report: dict[str, Any] = {
+        "hardware": base.hardware, "engine_version": base.engine_version, "seed": seed, "base": base.id,
+        "n_train_configs": len({x.config_key for x in train}), "n_held_out_configs": len({x.config_key for x in held}),
+        "held_out_configs": sorted({x.config_key for x in held}),
+        "before": error_fn(held, base, hw), "after": error_fn(held, fitted, hw)}
+    if refit_all:
+        fitted = fit_fn(items, fitted, hw)
+    report["all_configs_before"] = error_fn(items, base, hw)
+    report["all_configs"] = error_fn(items, fitted, hw)
+    return fitted, report
+
+
 def run_memory_calibration(hardware: str, memory_measurements: list[str], *, base: Calibration | None = None,
                            engine_version: str = "0.26", out: str | None = None, seed: int = 0,
                            refit_all: bool = True) -> dict[str, Any]:
@@ -490,17 +521,7 @@ def run_memory_calibration(hardware: str, memory_measurements: list[str], *, bas
     if not samples:
         raise ValueError(f"run_memory_calibration: no measurement in {list(memory_measurements)} reports "
                          "num_gpu_blocks")
-    train, held = split(samples, seed)
-    fitted = _fit_memory(train, base, hw)
-    report: dict[str, Any] = {
-        "hardware": hardware, "engine_version": base.engine_version, "seed": seed, "base": base.id,
-        "n_train_configs": len({s.config_key for s in train}), "n_held_out_configs": len({s.config_key for s in held}),
-        "held_out_configs": sorted({s.config_key for s in held}),
-        "before": blocks_error(held, base, hw), "after": blocks_error(held, fitted, hw)}
-    if refit_all:
-        fitted = _fit_memory(samples, fitted, hw)
-    report["all_configs_before"] = blocks_error(samples, base, hw)
-    report["all_configs"] = blocks_error(samples, fitted, hw)
+    fitted, report = staged_fit(samples, seed, base, hw, refit_all, _fit_memory, blocks_error)
     digest = hashlib.sha256((base.id + json.dumps(hw.to_dict(), sort_keys=True) + "".join(texts)).encode()).hexdigest()[:12]
     fitted = replace(fitted, id=calibration_id(fitted, digest), provenance={
         **base.provenance, "fitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "base": base.id,

@@ -109,9 +109,9 @@ def price(cost: StepCost, g: StepGroup) -> float:
     tokens, reqs = max(1, round(g.tokens)), max(1, round(g.decode_reqs + g.prefill_reqs))
     full = g.mode == GRAPH_MODES["FULL"]
     if not cost.cfg.async_scheduling:
-        launches = cost.dispatch(tokens)
+        launches = cost.dispatch(tokens, full)
     else:
-        launches = cost.dispatch(round(g.next_tokens)) if g.next_mode >= 0 else 0.0
+        launches = cost.dispatch(round(g.next_tokens), g.next_mode == GRAPH_MODES["FULL"]) if g.next_mode >= 0 else 0.0
     kernels = cost.kernels(tokens, reqs, g.decode_reqs * g.decode_ctx, pairs, 0.0)
     return float(cost.combine(kernels, cost.overhead(tokens, reqs, full), launches,
                               cost.cpu_time(round(g.running), round(g.prefill_reqs))))

@@ -172,6 +172,35 @@ def test_a_closed_loop_client_sends_its_next_request_a_front_end_round_trip_late
     assert tel.ok and tel.ttft_p50 > cal.frontend_s
 
 
+def test_a_step_with_prompt_tokens_launches_piecewise_graphs_from_the_engine_core_thread():
+    """Within the captured sizes only a decode-only step runs as one CUDA graph; a step with prompt tokens runs
+    piecewise graphs with each layer's attention called from Python (``piecewise_layer_s`` a layer). That is CPU
+    time beside the kernels: a small mixed step whose launches outlast its kernels takes its launches' time (the
+    real traces' 8-14 ms gap before a prompt's first step on Llama-3.1-8B), a large prefill hides most of them, and
+    enforce_eager (every kernel launched from Python, `eager_layer_s`) has no graph pieces to launch."""
+    from rsi_env.engine import EngineConfig, load_hardware, load_model
+    from rsi_env.sim.calibration import load_calibration
+    from rsi_env.sim.cost import StepCost
+
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h200")
+    cal = load_calibration("h200", "0.26").with_coefficients({"piecewise_layer_s": 300e-6})
+    none = cal.with_coefficients({"piecewise_layer_s": 0.0})
+    cost, cost_none = (StepCost(m, hw, EngineConfig().resolve(m, hw, "0.26"), c) for c in (cal, none))
+    assert cost.dispatch(256, uniform_decode=False) == pytest.approx(300e-6 * m.num_layers)
+    assert cost.dispatch(256, uniform_decode=True) == 0.0
+    assert cost.dispatch(600, uniform_decode=False) == cost.dispatch(600)  # past the largest graph: uncaptured
+    mixed = (240, 41, 41, 40 * 500.0, 200 * 201 / 2.0, 0.0, False)  # 40 decodes and a 200-token prompt
+    assert cost.step_time(*mixed) >= cost.dispatch(240, False) + cal.cpu_step_s
+    assert cost.step_time(*mixed) > cost_none.step_time(*mixed) + 4e-3
+    decode = (40, 40, 40, 40 * 500.0, 0.0, 0.0, True)
+    assert cost.step_time(*decode) == cost_none.step_time(*decode)
+    big = (512, 1, 1, 0.0, 512 * 513 / 2.0, 0.0, False)  # a 512-token prompt, the largest graph: kernels dominate
+    hidden = cost.step_time(*big) - cost_none.step_time(*big)
+    assert hidden < 0.5 * (cost.step_time(*mixed) - cost_none.step_time(*mixed))
+    eager = StepCost(m, hw, EngineConfig(enforce_eager=True).resolve(m, hw, "0.26"), cal)
+    assert eager.dispatch(240, uniform_decode=False) == 0.0
+
+
 def test_uncaptured_launches_share_the_engine_core_thread_on_one_gpu():
     """vLLM's single-GPU executor launches the model from the engine core's own thread: a step outside every CUDA
     graph (its launches take ``dispatch``) leaves the scheduler and output processing no time to hide in, so they
