@@ -143,7 +143,7 @@ class StepCost:
         (`combine`). The real engine's step traces show it: under async scheduling the gap before a decode
         step's output is 6.1 ms when a decode step follows and 13-19 ms when a piecewise one does (new prompts or
         a prompt's next chunk alike), on Llama-3.1-8B `short_long`, one host at one time (8-10 ms at another);
-        the piecewise step's own gap is 5-6 ms. Llama-3.2-1B, with half the layers, shows less than half of it.
+        the piecewise step's own gap is 5-6 ms. Llama-3.2-1B, with half the layers, shows about half of it.
         A full CUDA graph (a decode-only step within the captured sizes) costs one launch, kept in ``step_s``.
         """
         if self.cfg.enforce_eager:

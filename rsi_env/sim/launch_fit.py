@@ -59,9 +59,11 @@ class RunGroups:
 
 
 def launch_groups(rows: list[dict[str, Any]]) -> list[RunGroups]:
-    """Each row's groups of alike steps that a piecewise step follows. Rows of dense models on one GPU without
-    enforce_eager only: a MoE model's pieces and several GPUs' workers launch otherwise, and enforce_eager runs
-    no graph."""
+    """Each row's groups of alike steps whose gap holds a piecewise step's launch: those a piecewise step follows
+    (async scheduling, vLLM's default), or the piecewise steps themselves (without it). Rows of dense models on one
+    GPU without enforce_eager only: a MoE model's pieces and several GPUs' workers launch otherwise, and
+    enforce_eager runs no graph."""
+    pw = GRAPH_MODES["PIECEWISE"]
     out = []
     for row in rows:
         flags = row.get("flags") or {}
@@ -71,7 +73,8 @@ def launch_groups(rows: list[dict[str, Any]]) -> list[RunGroups]:
             continue
         if load_model(row["model"]).is_moe:
             continue
-        groups = tuple(g for g in step_groups(row) if g.next_mode == GRAPH_MODES["PIECEWISE"])
+        launched_next = (row.get("resolved") or {}).get("async_scheduling", True)
+        groups = tuple(g for g in step_groups(row) if (g.next_mode if launched_next else g.mode) == pw)
         if groups:
             out.append(RunGroups(f"{row['model']} {json.dumps(flags, sort_keys=True)}", row["model"], flags, groups))
     return out
