@@ -101,7 +101,7 @@ def test_the_launch_stage_alone_sets_one_term_and_records_itself(tmp_path, capsy
     assert "--step-measurements goes alone" in capsys.readouterr().err
     assert main(["calibrate", "--hardware", "h200", "--step-measurements", str(LEASE13), "--base",
                  str(tmp_path / "c.yaml"), "--out", str(tmp_path / "d.yaml")]) == 0
-    assert json.loads(json.dumps(load_calibration("h200", "0.26", tmp_path / "d.yaml").provenance["base"])) == cal.id
+    assert load_calibration("h200", "0.26", tmp_path / "d.yaml").provenance["base"] == cal.id
 
 
 def test_the_shipped_calibration_reproduces_its_launch_stage():
