@@ -29,18 +29,12 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
-from rsi_env.sim.step_groups import DECODE_BINS, decode_bin, price, step_groups
+from rsi_env.sim.step_groups import DECODE_BINS, decode_bin, price, step_groups, weighted_median
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [ROOT / "data" / "measurements" / "h200x2-vllm0.26" / f
         for f in ("lease7.jsonl", "heldout_lease7.jsonl", "lease8.jsonl")]
 MODE_NAMES = {code: name.lower() for name, code in GRAPH_MODES.items()}
-
-
-def weighted_median(x: np.ndarray, weights: np.ndarray) -> float:
-    order = np.argsort(x)
-    cum = np.cumsum(weights[order]) / weights.sum()
-    return float(x[order][np.searchsorted(cum, 0.5)])
 
 
 def main(argv: list[str]) -> int:

@@ -41,7 +41,7 @@ from rsi_env.sim.fit import (
     load_samples,
     staged_fit,
 )
-from rsi_env.sim.step_groups import StepGroup, price, step_groups
+from rsi_env.sim.step_groups import StepGroup, price, step_groups, weighted_median
 
 __all__ = ["LAUNCH", "fit_launch", "launch_error", "launch_groups", "run_launch_calibration"]
 
@@ -95,19 +95,13 @@ def _ratios(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec) -> tuple[
     return np.asarray(ratio), np.asarray(weight, dtype=float)
 
 
-def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
-    order = np.argsort(x)
-    cum = np.cumsum(w[order])
-    return float(x[order][np.searchsorted(cum, cum[-1] / 2.0)])
-
-
 def launch_error(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec) -> dict[str, Any]:
     """How the cost model prices the steps a piecewise step follows: groups, steps, the median of real over priced
     (weighted by steps) and the weighted mean absolute log-ratio (0: every group priced right)."""
     if not runs:
         return {"n_groups": 0, "n_steps": 0, "median_real_over_priced": None, "mean_abs_log_ratio": None}
     r, w = _ratios(runs, cal, hw)
-    return {"n_groups": int(r.size), "n_steps": int(w.sum()), "median_real_over_priced": round(_weighted_median(r, w), 4),
+    return {"n_groups": int(r.size), "n_steps": int(w.sum()), "median_real_over_priced": round(weighted_median(r, w), 4),
             "mean_abs_log_ratio": round(float(np.average(np.abs(np.log(r)), weights=w)), 4)}
 
 
@@ -120,7 +114,7 @@ def fit_launch(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec, iterat
     lo, hi = (math.log(b) for b in _BOUNDS[LAUNCH])
 
     def median(x: float) -> float:
-        return _weighted_median(*_ratios(runs, cal.with_coefficients({LAUNCH: math.exp(x)}), hw))
+        return weighted_median(*_ratios(runs, cal.with_coefficients({LAUNCH: math.exp(x)}), hw))
 
     if median(hi) >= 1.0:
         return cal.with_coefficients({LAUNCH: math.exp(hi)})

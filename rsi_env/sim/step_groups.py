@@ -31,7 +31,7 @@ import numpy as np
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
 
-__all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "step_groups"]
+__all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "step_groups", "weighted_median"]
 
 DECODE_BINS = ((0, 32), (32, 64), (64, 128), (128, 192), (192, 256), (256, 384), (384, 1 << 20))
 # Short prompts, no shared prefix: a decode request's context is close to the workload's mean.
@@ -115,3 +115,10 @@ def price(cost: StepCost, g: StepGroup) -> float:
     kernels = cost.kernels(tokens, reqs, g.decode_reqs * g.decode_ctx, pairs, 0.0)
     return float(cost.combine(kernels, cost.overhead(tokens, reqs, full), launches,
                               cost.cpu_time(round(g.running), round(g.prefill_reqs))))
+
+
+def weighted_median(x: np.ndarray, weights: np.ndarray) -> float:
+    """The value of ``x`` at half the total weight (groups of steps weighted by their steps)."""
+    order = np.argsort(x)
+    cum = np.cumsum(weights[order])
+    return float(x[order][np.searchsorted(cum, cum[-1] / 2.0)])

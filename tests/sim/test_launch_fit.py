@@ -102,6 +102,10 @@ def test_the_launch_stage_alone_sets_one_term_and_records_itself(tmp_path, capsy
     assert main(["calibrate", "--hardware", "h200", "--step-measurements", str(LEASE13), "--base",
                  str(tmp_path / "c.yaml"), "--out", str(tmp_path / "d.yaml")]) == 0
     assert load_calibration("h200", "0.26", tmp_path / "d.yaml").provenance["base"] == cal.id
+    # Runs with no step the stage can read (here: none at all) are refused with what was missing.
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["calibrate", "--hardware", "h200", "--step-measurements", str(tmp_path / "empty.jsonl")]) == 2
+    assert "has steps followed by a piecewise step" in capsys.readouterr().err
 
 
 def test_the_shipped_calibration_reproduces_its_launch_stage():
