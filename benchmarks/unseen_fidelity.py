@@ -91,7 +91,8 @@ held-out leases of the two-GPU host pooled (``heldout_pooled``: 4, 5, 6, 7, 10 a
 last (``one_h200``); then the real engine against itself (every pair of runs of one configuration and workload in
 the held-out leases and the thirteenth, on one host or across the two: `real_against_itself`), and the ranking
 of the three runs of the fifteenth and seventeenth leases' configurations, real against real and simulator against
-real (`rank_repeatability`).
+real (`rank_repeatability`), and, for every configuration the one-H200 host kind ran three times or more, each run predicted
+by the median of the other runs and by the simulator (`leave_one_out`).
 
 ``python benchmarks/unseen_fidelity.py [CALIBRATION.yaml ...]``
 """
@@ -176,6 +177,34 @@ def real_against_itself(hosts: dict[str, list[Sample]]) -> dict[str, dict[str, f
                         errs.setdefault(key, {}).setdefault(f, []).append(0.5 * (abs(x / y - 1) + abs(y / x - 1)))
     return {k: {"pairs": len(v["out_tok_per_s"]), **{f"{f}_mape": round(sum(e) / len(e), 4) for f, e in v.items()}}
             for k, v in sorted(errs.items())}
+
+
+def leave_one_out(per_sample: list[dict], min_runs: int = 3) -> dict[str, dict[str, float | int]]:
+    """The best the real engine does at predicting itself, beside the simulator, on the same runs.
+
+    For every configuration and workload run ``min_runs`` times or more, each run is predicted by the median of the
+    others (the real engine's own estimate of what that configuration does) and by the simulator; the MAPE of both,
+    per metric, over all such runs and per workload. Where the median of the other runs misses a run by more than the
+    bar allows, no prediction made before the run can be expected to meet it on that run.
+    """
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in per_sample:
+        if row["sim_error"] is None:
+            groups.setdefault((row["config"], row["workload"]), []).append(row)
+    errs: dict[str, dict[str, list[float]]] = {}
+    for (_, wl), rows in groups.items():
+        if len(rows) < min_runs:
+            continue
+        for metric in ("tok_s", "ttft_p50", "tpot_p50"):
+            real = np.asarray([r[f"real_{metric}"] for r in rows])
+            for i, row in enumerate(rows):
+                others = float(np.median(np.delete(real, i)))
+                for key in ("all", wl):
+                    e = errs.setdefault(key, {})
+                    e.setdefault(f"{metric}:real_median_of_others", []).append(abs(others / real[i] - 1))
+                    e.setdefault(f"{metric}:sim", []).append(abs(row[f"sim_{metric}"] / real[i] - 1))
+    return {key: {"runs": len(e["ttft_p50:sim"]), **{k: round(float(np.mean(v)), 4) for k, v in sorted(e.items())}}
+            for key, e in sorted(errs.items())}
 
 
 def distinct_pairs(per_sample: list[dict], ratio: float = 1.25) -> dict[str, str]:
@@ -300,6 +329,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"set": "kv_cache_sizes_heldout19", "calibration": cal.id, **blocks_error(kv_only, cal, hw)}))
     hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["one_h200"] + load_samples([LEASE13])}
     print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
+    for cal in cals:
+        e = evaluate(hosts["h200"], cal, hw)
+        print(json.dumps({"set": "leave_one_out_one_h200", "calibration": cal.id, **leave_one_out(e["per_sample"])}))
     seventeenth = passes(sets["heldout17"], key=lambda s: (s.config_key, s.workload.name))
     runs = {"lease15": [s for s in sets["heldout15"] if s.model == "llama-3.1-8b"],
             "lease17_pass1": seventeenth[0], "lease17_pass2": seventeenth[1]}
