@@ -7,6 +7,11 @@ leases: Llama-3.1-8B's `many_small` at TPOT p50 23-45 ms on one host kind, 10-13
 driver and flags). Every real row therefore says where it was measured (``host``), so that rows of one host can be
 told from another's when a calibration is fitted or an error is read. Names are hashed: a row identifies a host,
 it does not publish its name.
+
+One host kind also changes over time: on the one-H200 machines the CPU work of a step (a piecewise step's launches,
+an eager step, a small model's decode step) took up to twice as long on some leases as on others, while GPU-bound
+steps did not move (README, "Fidelity"). ``cpu_probe_ms`` times a fixed piece of pure-Python work on the driver's
+CPU when the row is measured, so that later fits can tell those states apart.
 """
 
 from __future__ import annotations
@@ -14,11 +19,16 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import statistics
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["host_info"]
+__all__ = ["cpu_probe_ms", "host_info"]
+
+PROBE_LOOPS = 200_000  # ~10-20 ms of interpreter work on a current server core
+PROBE_REPEATS = 5
 
 
 def _cpu_model(cpuinfo: str) -> str:
@@ -52,9 +62,28 @@ def _gpu_names() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def _probe_work(loops: int) -> int:
+    """Interpreter-bound work alike to a scheduler's: a loop of small integer arithmetic and attribute-free calls."""
+    acc = 0
+    for i in range(loops):
+        acc = (acc + i * 7) % 1_000_003
+    return acc
+
+
+def cpu_probe_ms(loops: int = PROBE_LOOPS, repeats: int = PROBE_REPEATS) -> float:
+    """Milliseconds the fixed pure-Python work takes on this process's CPU: the median of ``repeats`` timings (a
+    median, not a minimum: a CPU shared with other tenants is part of what the probe is for)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _probe_work(loops)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return round(statistics.median(times), 3)
+
+
 def host_info() -> dict[str, Any]:
     """The measuring host: CPU model, logical CPUs and those this process may run on, the GPUs and those visible
-    to it, Python and the OS, and hashes of the host name and machine id."""
+    to it, Python and the OS, hashes of the host name and machine id, and the CPU probe (`cpu_probe_ms`)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -69,4 +98,5 @@ def host_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "node": _short_hash(platform.node()),
         "machine_id": _short_hash(_read("/etc/machine-id")),
+        "cpu_probe_ms": cpu_probe_ms(),
     }

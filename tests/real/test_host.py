@@ -29,3 +29,17 @@ def test_the_host_is_described_and_its_names_are_hashed(monkeypatch):
     assert info["cuda_visible_devices"] == "1" and isinstance(info["gpus"], list)
     assert info["node"] != platform.node() and (info["node"] is None or len(info["node"]) == 12)
     assert host_info()["node"] == info["node"]  # the same host hashes the same
+
+
+def test_the_cpu_probe_is_the_median_of_its_timings(monkeypatch):
+    ticks = iter([0.0, 0.010, 1.0, 1.030, 2.0, 2.020, 3.0, 3.011, 4.0, 4.100])  # 10, 30, 20, 11, 100 ms
+    monkeypatch.setattr(host.time, "perf_counter", lambda: next(ticks))
+    calls = []
+    monkeypatch.setattr(host, "_probe_work", lambda loops: calls.append(loops) or 0)
+    assert host.cpu_probe_ms(loops=1234, repeats=5) == 20.0
+    assert calls == [1234] * 5
+
+
+def test_the_probe_work_is_the_same_work_every_time():
+    assert host._probe_work(1000) == host._probe_work(1000) != host._probe_work(999)
+    assert host_info()["cpu_probe_ms"] > 0
