@@ -81,9 +81,10 @@ def cpu_probe_ms(loops: int = PROBE_LOOPS, repeats: int = PROBE_REPEATS) -> floa
     return round(statistics.median(times), 3)
 
 
-def host_info() -> dict[str, Any]:
+def host_info(cpu_probe: float | None = None) -> dict[str, Any]:
     """The measuring host: CPU model, logical CPUs and those this process may run on, the GPUs and those visible
-    to it, Python and the OS, hashes of the host name and machine id, and the CPU probe (`cpu_probe_ms`)."""
+    to it, Python and the OS, hashes of the host name and machine id, and the CPU probe (`cpu_probe_ms`; taken
+    here unless given: the driver takes it before the engine starts, which would otherwise run beside it)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -98,5 +99,5 @@ def host_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "node": _short_hash(platform.node()),
         "machine_id": _short_hash(_read("/etc/machine-id")),
-        "cpu_probe_ms": cpu_probe_ms(),
+        "cpu_probe_ms": cpu_probe_ms() if cpu_probe is None else cpu_probe,
     }

@@ -43,3 +43,4 @@ def test_the_cpu_probe_is_the_median_of_its_timings(monkeypatch):
 def test_the_probe_work_is_the_same_work_every_time():
     assert host._probe_work(1000) == host._probe_work(1000) != host._probe_work(999)
     assert host_info()["cpu_probe_ms"] > 0
+    assert host_info(cpu_probe=12.5)["cpu_probe_ms"] == 12.5  # the driver's, taken before the engine started
