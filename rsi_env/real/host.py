@@ -63,7 +63,7 @@ def _gpu_names() -> list[str]:
 
 
 def _probe_work(loops: int) -> int:
-    """Interpreter-bound work alike to a scheduler's: a loop of small integer arithmetic and attribute-free calls."""
+    """Interpreter-bound work, alike to a scheduler's in kind: a loop of small integer arithmetic."""
     acc = 0
     for i in range(loops):
         acc = (acc + i * 7) % 1_000_003
