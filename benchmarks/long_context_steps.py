@@ -9,7 +9,7 @@ counts as rebuilt when every step's rebuilt prompt and decode requests match the
 ``long_prefill_token_threshold`` or one that preempts is not followed).
 
 Each rebuilt step's gap before its output is set beside the cost model's price for the gap (its kernels and device
-overhead against the next step's launches and the engine core's work, as `step_groups.price` prices a group), per
+overhead against the next step's launches and the engine core's work: `step_groups.price_gap`, as for a group), per
 model and kind of step: ``big`` (more than 2,048 tokens: a prompt chunk past every CUDA graph), ``decode`` (decode
 requests only, a decode step next; binned by requests) and ``mixed`` (a small prompt chunk with decodes). Prints
 how many runs were rebuilt, then per group the steps, the median real and priced gap and their median ratio.
@@ -38,6 +38,7 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.cost import StepCost
+from rsi_env.sim.step_groups import price_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = 2048
@@ -82,16 +83,14 @@ def rebuild(row: dict[str, Any]) -> list[dict[str, Any] | None] | None:
 
 
 def price(cost: StepCost, step: dict[str, Any], nxt: dict[str, Any]) -> float:
-    """The gap before ``step``'s output: its kernels and device overhead against ``nxt``'s launches and the engine
-    core's work (async scheduling; `rsi_env.sim.step_groups.price` for groups of steps)."""
+    """The gap before ``step``'s output (`rsi_env.sim.step_groups.price_gap`), with each chunk's own context; a chunk
+    with none before it is a request the step admits."""
     chunks = step["chunks"]
-    tokens = sum(a for a, _ in chunks) + step["decodes"]
     reqs = step["decodes"] + len(chunks)
-    pairs = sum(cost.chunk_pairs(a, b) for a, b in chunks)
-    kernels = cost.kernels(tokens, reqs, step["decode_ctx"], pairs, float(sum(b for _, b in chunks)))
-    nxt_tokens = sum(a for a, _ in nxt["chunks"]) + nxt["decodes"]
-    launches = cost.dispatch(nxt_tokens, not nxt["chunks"])
-    return float(cost.combine(kernels, cost.overhead(tokens, reqs, not chunks), launches, cost.cpu_time(reqs)))
+    return price_gap(cost, sum(a for a, _ in chunks) + step["decodes"], reqs, step["decode_ctx"],
+                     sum(cost.chunk_pairs(a, b) for a, b in chunks), float(sum(b for _, b in chunks)), not chunks,
+                     (sum(a for a, _ in nxt["chunks"]) + nxt["decodes"], not nxt["chunks"]), reqs,
+                     sum(1 for _, b in chunks if b == 0))
 
 
 def kind(step: dict[str, Any], nxt: dict[str, Any]) -> str | None:

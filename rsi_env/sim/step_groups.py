@@ -31,7 +31,7 @@ import numpy as np
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
 
-__all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "step_groups", "weighted_median"]
+__all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "price_gap", "step_groups", "weighted_median"]
 
 DECODE_BINS = ((0, 32), (32, 64), (64, 128), (128, 192), (192, 256), (256, 384), (384, 1 << 20))
 # Short prompts, no shared prefix: a decode request's context is close to the workload's mean.
@@ -103,18 +103,26 @@ def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
 
 
 def price(cost: StepCost, g: StepGroup) -> float:
-    """The cost model's time for the gap before the output of a step of the group's mean composition: its kernels
-    and the engine core's CPU work beside the launches of the next step (async scheduling) or its own."""
+    """The cost model's time for the gap before the output of a step of the group's mean composition (`price_gap`;
+    its prompt chunks taken as first chunks, no context before them)."""
     pairs = g.prefill_reqs * cost.chunk_pairs(g.prefill_tokens / g.prefill_reqs, 0) if g.prefill_reqs else 0.0
-    tokens, reqs = max(1, round(g.tokens)), max(1, round(g.decode_reqs + g.prefill_reqs))
-    full = g.mode == GRAPH_MODES["FULL"]
+    return price_gap(cost, max(1, round(g.tokens)), max(1, round(g.decode_reqs + g.prefill_reqs)),
+                     g.decode_reqs * g.decode_ctx, pairs, 0.0, g.mode == GRAPH_MODES["FULL"],
+                     (round(g.next_tokens), g.next_mode == GRAPH_MODES["FULL"]) if g.next_mode >= 0 else None,
+                     round(g.running), round(g.prefill_reqs))
+
+
+def price_gap(cost: StepCost, tokens: int, reqs: int, decode_ctx_tokens: float, prefill_pairs: float,
+              prefill_ctx_tokens: float, full: bool, nxt: tuple[int, bool] | None, running: int, new: int) -> float:
+    """The cost model's time for the gap before one step's output: its kernels and the engine core's CPU work beside
+    the launches of the next step (``nxt``: its tokens and whether one full CUDA graph runs it; None where none
+    followed) under async scheduling, or beside its own launches without it."""
     if not cost.cfg.async_scheduling:
         launches = cost.dispatch(tokens, full)
     else:
-        launches = cost.dispatch(round(g.next_tokens), g.next_mode == GRAPH_MODES["FULL"]) if g.next_mode >= 0 else 0.0
-    kernels = cost.kernels(tokens, reqs, g.decode_reqs * g.decode_ctx, pairs, 0.0)
-    return float(cost.combine(kernels, cost.overhead(tokens, reqs, full), launches,
-                              cost.cpu_time(round(g.running), round(g.prefill_reqs))))
+        launches = cost.dispatch(*nxt) if nxt is not None else 0.0
+    kernels = cost.kernels(tokens, reqs, decode_ctx_tokens, prefill_pairs, prefill_ctx_tokens)
+    return float(cost.combine(kernels, cost.overhead(tokens, reqs, full), launches, cost.cpu_time(running, new)))
 
 
 def weighted_median(x: np.ndarray, weights: np.ndarray) -> float:
