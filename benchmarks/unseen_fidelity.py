@@ -325,9 +325,12 @@ def main(argv: list[str]) -> int:
                        for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
+    one_h200_rows: dict[str, list[dict]] = {}  # each calibration's per-run rows of the one-H200 pool, for leave_one_out
     for name, samples in sets.items():
         for cal in cals:
             e = evaluate(samples, cal, hw)
+            if name == "one_h200":
+                one_h200_rows[cal.id] = e["per_sample"]
             print(json.dumps({"set": name, "calibration": cal.id, "n": e["n"], "failed_in_sim": e["n_failed_in_sim"],
                               **{k: round(v, 4) for k, v in e.items() if k.endswith("_mape") and v is not None},
                               "spearman": e["spearman"]}))
@@ -342,11 +345,12 @@ def main(argv: list[str]) -> int:
     kv_only = load_samples([HELDOUT19])
     for cal in cals:
         print(json.dumps({"set": "kv_cache_sizes_heldout19", "calibration": cal.id, **blocks_error(kv_only, cal, hw)}))
-    hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["one_h200"] + load_samples([LEASE13])}
+    lease13 = load_samples([LEASE13])
+    hosts = {"h200x2": sets["heldout_pooled"], "h200": sets["one_h200"] + lease13}
     print(json.dumps({"set": "real_against_itself", "spread": real_against_itself(hosts)}))
     for cal in cals:
-        e = evaluate(hosts["h200"], cal, hw)
-        print(json.dumps({"set": "leave_one_out_one_h200", "calibration": cal.id, **leave_one_out(e["per_sample"])}))
+        rows = one_h200_rows[cal.id] + evaluate(lease13, cal, hw)["per_sample"]
+        print(json.dumps({"set": "leave_one_out_one_h200", "calibration": cal.id, **leave_one_out(rows)}))
     seventeenth = passes(sets["heldout17"], key=lambda s: (s.config_key, s.workload.name))
     runs = {"lease15": [s for s in sets["heldout15"] if s.model == "llama-3.1-8b"],
             "lease17_pass1": seventeenth[0], "lease17_pass2": seventeenth[1]}
