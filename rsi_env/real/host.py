@@ -11,7 +11,10 @@ it does not publish its name.
 One host kind also changes over time: on the one-H200 machines the CPU work of a step (a piecewise step's launches,
 an eager step, a small model's decode step) took up to twice as long on some leases as on others, while GPU-bound
 steps did not move (README, "Fidelity"). ``cpu_probe_ms`` times a fixed piece of pure-Python work on the driver's
-CPU when the row is measured, so that later fits can tell those states apart.
+CPU when the row is measured, so that later fits can tell those states apart. A probe is one moment, though, and the
+slow steps come and go within a workload; `CpuShares` reads the kernel's own accounting instead (``/proc/stat``): what
+share of the host's CPU time went to work, to waiting, and to *steal* (time a virtual machine's CPUs were ready to
+run but the hypervisor ran another tenant), sampled through a workload beside the engine's steps.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_probe_ms", "host_info"]
+__all__ = ["CpuShares", "cpu_probe_ms", "cpu_times", "host_info"]
 
 PROBE_LOOPS = 200_000  # ~10-20 ms of interpreter work on a current server core
 PROBE_REPEATS = 5
@@ -79,6 +82,63 @@ def cpu_probe_ms(loops: int = PROBE_LOOPS, repeats: int = PROBE_REPEATS) -> floa
         _probe_work(loops)
         times.append((time.perf_counter() - t0) * 1e3)
     return round(statistics.median(times), 3)
+
+
+# The fields of ``/proc/stat``'s ``cpu`` line, in the kernel's order (proc(5)); guest time is already in user time.
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_times(stat: str | None = None) -> tuple[int, ...] | None:
+    """The host's cumulative CPU time by `CPU_FIELDS` (clock ticks, all CPUs together) from ``/proc/stat`` (or the
+    text given); None where there is none (not Linux), so that a row then says nothing rather than zero."""
+    text = _read("/proc/stat") if stat is None else stat
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            values = [int(v) for v in parts[1:1 + len(CPU_FIELDS)]]
+            return tuple(values + [0] * (len(CPU_FIELDS) - len(values)))
+    return None
+
+
+class CpuShares:
+    """Shares of the host's CPU time between successive `sample` calls: work (everything but idle, iowait and steal),
+    steal, and the same over the whole span sampled. Times are the caller's (seconds from its origin)."""
+
+    def __init__(self, read: Any = cpu_times) -> None:
+        self._read = read
+        self._first = self._last = read()
+        self.t: list[float] = []
+        self.busy: list[float] = []
+        self.steal: list[float] = []
+
+    @staticmethod
+    def _shares(before: tuple[int, ...], after: tuple[int, ...]) -> tuple[float, float] | None:
+        d = dict(zip(CPU_FIELDS, (a - b for a, b in zip(after, before, strict=True)), strict=True))
+        total = sum(d.values())
+        if total <= 0:
+            return None
+        return (total - d["idle"] - d["iowait"] - d["steal"]) / total, d["steal"] / total
+
+    def sample(self, t: float) -> None:
+        """Record the shares since the last sample, stamped ``t`` (nothing when no tick has passed since)."""
+        now = self._read()
+        if now is None or self._last is None:
+            return
+        shares = self._shares(self._last, now)
+        if shares is None:
+            return
+        self._last = now
+        self.t.append(round(t, 4))
+        self.busy.append(round(shares[0], 4))
+        self.steal.append(round(shares[1], 4))
+
+    def summary(self) -> dict[str, Any] | None:
+        """The whole span's busy and steal shares and the samples (None where the host has no ``/proc/stat``)."""
+        if self._first is None or self._last is None:
+            return None
+        whole = self._shares(self._first, self._last)
+        return {"busy_frac": round(whole[0], 4) if whole else None, "steal_frac": round(whole[1], 4) if whole else None,
+                "t": self.t, "busy": self.busy, "steal": self.steal}
 
 
 def host_info(cpu_probe: float | None = None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
-from rsi_env.real.host import cpu_probe_ms, host_info
+from rsi_env.real.host import CpuShares, cpu_probe_ms, host_info
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.schedule import run_schedule
 from rsi_env.real.step_trace import StepTrace, stat_logger_factory
@@ -114,15 +114,18 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str, record: in
                 elif isinstance(m, Gauge) and m.name == "vllm:num_requests_running":
                     running += float(m.value)
             samples.append((usage, running))
+            shares.sample(time.perf_counter() - t0)
             await asyncio.sleep(0.05)
 
     before = _metric_values()
-    sampler_task = asyncio.create_task(sampler())
     first_step = len(steps) if steps is not None else 0
     t0 = time.perf_counter()
+    shares = CpuShares()  # the host's CPU time through the workload, on the requests' and steps' clock
+    sampler_task = asyncio.create_task(sampler())
     await run_schedule(trace, one, t0)
     done.set()
     await sampler_task
+    shares.sample(time.perf_counter() - t0)
     after = _metric_values()
     diff = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     if not np.array_equal(produced, trace.output_len):
@@ -138,6 +141,7 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str, record: in
         "num_steps": diff.get("vllm:iteration_tokens_total:count", 0.0),
         "step_tokens": diff.get("vllm:iteration_tokens_total:sum", 0.0),
         "output_token_ids": {str(i): t for i, t in tokens.items()},
+        "host_cpu": shares.summary(),
     }
     if steps is not None:  # times from the workload's start, as the requests' times
         counters["steps"] = steps.since(first_step, t_origin=t0 - steps.t0)

@@ -44,3 +44,31 @@ def test_the_probe_work_is_the_same_work_every_time():
     assert host._probe_work(1000) == host._probe_work(1000) != host._probe_work(999)
     assert host_info()["cpu_probe_ms"] > 0
     assert host_info(cpu_probe=12.5)["cpu_probe_ms"] == 12.5  # the driver's, taken before the engine started
+
+
+STAT = "cpu  {} 0 {} {} {} 0 0 {} 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 1 2 3\n"
+
+
+def test_cpu_times_are_the_aggregate_cpu_line_of_proc_stat():
+    assert host.cpu_times(STAT.format(100, 20, 500, 7, 3)) == (100, 0, 20, 500, 7, 0, 0, 3)
+    assert host.cpu_times("cpu 5 6 7 8\n") == (5, 6, 7, 8, 0, 0, 0, 0)  # an old kernel's shorter line
+    assert host.cpu_times("no cpu line here\n") is None
+
+
+def test_cpu_shares_split_each_interval_into_work_steal_and_the_rest():
+    # user, system, idle, iowait, steal after each read; the first read is the origin
+    reads = iter([(0, 0, 0, 0, 0), (60, 20, 10, 0, 10), (60, 20, 10, 0, 10), (90, 20, 60, 10, 20)])
+    shares = host.CpuShares(lambda: host.cpu_times(STAT.format(*next(reads))))
+    shares.sample(0.05)  # 100 ticks: 80 working, 10 stolen
+    shares.sample(0.10)  # no tick since: nothing recorded
+    shares.sample(0.15)  # 100 ticks: 30 working, 50 idle, 10 waiting on I/O, 10 stolen
+    out = shares.summary()
+    assert out is not None
+    assert out["t"] == [0.05, 0.15] and out["busy"] == [0.8, 0.3] and out["steal"] == [0.1, 0.1]
+    assert out["busy_frac"] == 0.55 and out["steal_frac"] == 0.1  # the whole span: 110 of 200 ticks, 20 stolen
+
+
+def test_without_proc_stat_the_shares_say_nothing():
+    shares = host.CpuShares(lambda: None)
+    shares.sample(1.0)
+    assert shares.summary() is None
