@@ -21,7 +21,7 @@ import yaml
 
 from rsi_env.errors import CalibrationError
 
-__all__ = ["Calibration", "COEFFICIENTS", "MM_REF_PARAMS", "load_calibration", "user_calibration_dir"]
+__all__ = ["CPU_TERMS", "Calibration", "COEFFICIENTS", "MM_REF_PARAMS", "load_calibration", "user_calibration_dir"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,12 @@ class Calibration:
     cpu_per_req_s: float = 1.2e-5  # engine-core CPU per running request per step
     cpu_per_new_req_s: float = 2.0e-4  # engine-core CPU per request admitted in the step (inputs, hashing)
     frontend_s: float = 1.5e-3    # request in and tokens out through the front-end process (IPC, streaming)
+    # The host's CPU state, read by the real tier's probe (`rsi_env.real.host.cpu_probe_ms`: a fixed piece of
+    # interpreter work, timed before the engine starts): the CPU terms (`CPU_TERMS`) hold at a probe of
+    # cpu_probe_ref_ms and scale as (probe / ref) ** cpu_probe_exp at another (`Calibration.at_cpu_probe`). A ref of 0:
+    # no probe stage was fitted, and the calibration cannot be moved to a probe.
+    cpu_probe_ref_ms: float = 0.0
+    cpu_probe_exp: float = 0.0
     # Memory profile (vLLM's determine_available_memory).
     non_torch_bytes: float = 1.5e9     # CUDA context, cuBLAS/NCCL workspaces
     act_token_coef: float = 1.0        # x (2*intermediate + 4*hidden) * 2 bytes per batched token
@@ -87,6 +93,26 @@ class Calibration:
             raise CalibrationError(f"not calibration coefficients: {sorted(unknown)}")
         return replace(self, **values)  # type: ignore[arg-type]
 
+    def at_cpu_probe(self, probe_ms: float) -> Calibration:
+        """This calibration for a host whose CPU probe read ``probe_ms``: its CPU terms scaled by
+        ``(probe_ms / cpu_probe_ref_ms) ** cpu_probe_exp``, every GPU term kept, the id marked with the probe.
+
+        One H200 host kind ran the same configuration's CPU-bound steps up to twice as slowly from one engine start to
+        the next, and the probe taken before each start told the slow starts from the fast (README, "The twenty-sixth
+        lease"); the GPU's kernels did not move.
+        """
+        if self.cpu_probe_ref_ms <= 0:
+            raise CalibrationError(f"calibration {self.id!r} has no CPU-probe reference (cpu_probe_ref_ms is 0): "
+                                   "fit one with `rsi-env calibrate --probe-measurements`")
+        if not probe_ms > 0:
+            raise CalibrationError(f"a CPU probe is a positive number of milliseconds, not {probe_ms!r}")
+        f = (probe_ms / self.cpu_probe_ref_ms) ** self.cpu_probe_exp
+        return replace(self.with_cpu_factor(f), id=f"{self.id}@probe{probe_ms:g}ms")
+
+    def with_cpu_factor(self, factor: float) -> Calibration:
+        """This calibration with every CPU term (`CPU_TERMS`) multiplied by ``factor``, the GPU's kept."""
+        return replace(self, **{n: getattr(self, n) * factor for n in CPU_TERMS})
+
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
@@ -94,6 +120,10 @@ class Calibration:
 MM_REF_PARAMS = 2.0e8  # weights per layer per GPU at which mm_half_tokens holds as fitted (a Llama-8B layer)
 
 COEFFICIENTS = tuple(f.name for f in fields(Calibration) if f.type in ("float", float))
+# The terms of the host's CPU rather than of its GPU: the engine core's own work per step, per running and per new
+# request, the front end's round trip, and launching what runs outside full CUDA graphs (`Calibration.at_cpu_probe`).
+CPU_TERMS = ("cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s", "piecewise_layer_s",
+             "uncaptured_layer_s", "eager_layer_s")
 
 
 def _calib_dir() -> Any:

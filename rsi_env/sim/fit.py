@@ -31,7 +31,7 @@ from rsi_env.engine.workload import Workload
 from rsi_env.errors import CalibrationError
 from rsi_env.evaluate.fidelity import spearman
 from rsi_env.sim import simulate_detailed
-from rsi_env.sim.calibration import COEFFICIENTS, Calibration, load_calibration
+from rsi_env.sim.calibration import COEFFICIENTS, CPU_TERMS, Calibration, load_calibration
 from rsi_env.sim.memory import MemoryPlan, plan_memory
 
 __all__ = ["Sample", "blocks_error", "calibration_id", "evaluate", "fit", "fit_host", "load_samples", "run_calibration",
@@ -48,11 +48,12 @@ FP8 = ("quant_layer_s",)
 MOE = ("moe_mm_eff", "uncaptured_moe_layer_s")
 # The memory terms, fitted on the KV blocks vLLM reports (act_moe_coef too where a MoE model was measured).
 MEMORY = ("non_torch_bytes", "act_token_coef", "act_logit_coef")
-# The terms of the host's CPU rather than of its GPU: the engine core's own work per step, per running and per new
-# request, the front end's round trip, and launching what runs outside full CUDA graphs. One H200 behind two hosts
-# runs the same kernels at the same speed, but not these (`many_small`'s steps took 8-12 ms on the one-H200 host and
-# 13-30 ms on the two-GPU host): the host stage (`fit_host`) refits them on the runs of the host a calibration is for.
-HOST = ("cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s", "piecewise_layer_s", "uncaptured_layer_s")
+# The CPU terms (`CPU_TERMS`) but eager launches. One H200 behind two hosts runs the same kernels at the same speed,
+# but not these (`many_small`'s steps took 8-12 ms on the one-H200 host and 13-30 ms on the two-GPU host): the host
+# stage (`fit_host`) refits them on the runs of the host a calibration is for.
+HOST = tuple(n for n in CPU_TERMS if n != "eager_layer_s")
+# The probe stage (`rsi_env.sim.probe_fit`): how the CPU terms move with the host's CPU probe.
+PROBE = ("cpu_probe_ref_ms", "cpu_probe_exp")
 NOISY = frozenset({"many_small"})
 # A MoE run whose step trace stops this long between two steps had vLLM JIT-compiling its fused-MoE kernel
 # mid-workload (no step of the calibration workloads takes half as long); the MoE terms are not fitted on it.
@@ -81,6 +82,7 @@ class Sample:
     engine_version: str
     startup_s: float
     longest_gap_s: float = 0.0  # the longest time between two consecutive steps of the real run's step trace
+    cpu_probe_ms: float | None = None  # the host's CPU probe before the engine started (`rsi_env.real.host`)
 
     @property
     def config_key(self) -> str:
@@ -97,7 +99,8 @@ def samples_from_rows(rows: list[dict[str, Any]], where: str = "the measurements
         t = (row.get("steps") or {}).get("t") or []
         out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel,
                           int((row.get("resolved") or {}).get("num_gpu_blocks") or 0), row["vllm_version"],
-                          float(row.get("startup_s") or 0.0), float(np.diff(t).max()) if len(t) > 1 else 0.0))
+                          float(row.get("startup_s") or 0.0), float(np.diff(t).max()) if len(t) > 1 else 0.0,
+                          (row.get("host") or {}).get("cpu_probe_ms")))
     if not out:
         raise CalibrationError(f"no usable measurements in {where}")
     return out
@@ -131,7 +134,11 @@ def split(samples: list[_K], seed: int, held_fraction: float = 0.3) -> tuple[lis
     return [s for s in samples if s.config_key not in held], [s for s in samples if s.config_key in held]
 
 
-def _predict(s: Sample, cal: Calibration, hw: HardwareSpec) -> Telemetry:
+def _predict(s: Sample, cal: Calibration, hw: HardwareSpec, at_probe: bool = False) -> Telemetry:
+    """The sim's telemetry for what ``s`` ran; with ``at_probe``, for the CPU state its probe read where both the
+    sample and the calibration have one (`Calibration.at_cpu_probe`)."""
+    if at_probe and s.cpu_probe_ms and cal.cpu_probe_ref_ms > 0:
+        cal = cal.at_cpu_probe(s.cpu_probe_ms)
     return simulate_detailed(EngineConfig.from_dict(s.flags), load_model(s.model), hw, s.workload,
                              engine_version=s.engine_version, calibration=cal)[0]
 
@@ -161,11 +168,12 @@ def rank_agreement(pairs: list[tuple[Sample, Telemetry]], min_configs: int = 3) 
     return out
 
 
-def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[str, Any]:
-    """MAPEs of throughput, TTFT/TPOT p50 and KV blocks, and rank correlation of configurations."""
+def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec, at_probe: bool = False) -> dict[str, Any]:
+    """MAPEs of throughput, TTFT/TPOT p50 and KV blocks, and rank correlation of configurations (``at_probe``: each
+    sample predicted for its host's CPU probe, see `_predict`)."""
     rows = []
     for s in samples:
-        p = _predict(s, cal, hw)
+        p = _predict(s, cal, hw, at_probe)
         rows.append((s, p))
     ok = [(s, p) for s, p in rows if p.ok]
     err: dict[str, Any] = {"n": len(samples), "n_failed_in_sim": len(rows) - len(ok)}
@@ -239,12 +247,28 @@ def _fit_memory_terms(pts: list[Sample], cal: Calibration, hw: HardwareSpec, nam
     return cal.with_coefficients({n: float(v) * scale.get(n, 1.0) for n, v in zip(names, r.x, strict=True)})
 
 
+def residuals(samples: list[Sample], cal: Calibration, hw: HardwareSpec, at_probe: bool = False) -> np.ndarray:
+    """What every timing fit minimises: log-ratios of throughput, TTFT p50 and TPOT p50 of each sample, weighted
+    (``at_probe``: each sample simulated for its host's CPU probe)."""
+    out = []
+    for s in samples:
+        p = _predict(s, cal, hw, at_probe)
+        if not p.ok:
+            out += [3.0, 3.0, 3.0]
+            continue
+        # Latencies of a workload near its tipping point (many_small: the step time and the batch feed each
+        # other, and repeated real runs land far apart) count half.
+        w = 0.5 if s.workload.name in NOISY else 1.0
+        out.append(math.log(max(p.out_tok_per_s, 1e-9) / s.real.out_tok_per_s) * 2.0)
+        out.append(math.log(max(p.ttft_p50, 1e-6) / max(s.real.ttft_p50, 1e-6)) * w)
+        out.append(math.log(max(p.tpot_p50, 1e-6) / max(s.real.tpot_p50, 1e-6)) * 1.5 * w)
+    return np.asarray(out)
+
+
 def _fit_timing(samples: list[Sample], hw: HardwareSpec, cal: Calibration, names: tuple[str, ...],
                 max_nfev: int) -> Calibration:
-    """Least squares of the timing coefficients ``names`` (in log space, within physical bounds), others fixed.
-
-    The residuals are log-ratios of throughput, TTFT p50 and TPOT p50.
-    """
+    """Least squares of the timing coefficients ``names`` (in log space, within physical bounds), others fixed,
+    on `residuals`."""
     from scipy.optimize import least_squares
 
     lo = np.log([_BOUNDS[n][0] for n in names])
@@ -252,20 +276,8 @@ def _fit_timing(samples: list[Sample], hw: HardwareSpec, cal: Calibration, names
     x0 = np.clip(np.log([max(getattr(cal, n), _BOUNDS[n][0]) for n in names]), lo + 1e-6, hi - 1e-6)
 
     def resid(x: np.ndarray) -> np.ndarray:
-        c = cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, x, strict=True)})
-        out = []
-        for s in samples:
-            p = _predict(s, c, hw)
-            if not p.ok:
-                out += [3.0, 3.0, 3.0]
-                continue
-            # Latencies of a workload near its tipping point (many_small: the step time and the batch feed each
-            # other, and repeated real runs land far apart) count half.
-            w = 0.5 if s.workload.name in NOISY else 1.0
-            out.append(math.log(max(p.out_tok_per_s, 1e-9) / s.real.out_tok_per_s) * 2.0)
-            out.append(math.log(max(p.ttft_p50, 1e-6) / max(s.real.ttft_p50, 1e-6)) * w)
-            out.append(math.log(max(p.tpot_p50, 1e-6) / max(s.real.tpot_p50, 1e-6)) * 1.5 * w)
-        return np.asarray(out)
+        return residuals(samples, cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, x, strict=True)}),
+                         hw)
 
     r = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, diff_step=0.05, x_scale=1.0)
     return cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, r.x, strict=True)})

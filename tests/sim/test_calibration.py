@@ -262,7 +262,8 @@ def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys
     assert main(["calibrate", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
                  "--base", str(other_path)]) == 2
     err = capsys.readouterr().err
-    assert "--base goes with --host-measurements, --memory-measurements or --step-measurements alone" in err
+    assert ("--base goes with --host-measurements, --memory-measurements, --step-measurements or "
+            "--probe-measurements alone") in err
     assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
                  "--base", str(tmp_path / "nope.yaml")]) == 2
     assert "no calibration file" in capsys.readouterr().err
