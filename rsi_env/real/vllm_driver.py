@@ -245,9 +245,13 @@ async def _main_async(args: argparse.Namespace) -> int:
         for w in workloads:
             await engine.reset_prefix_cache()
             trace = w.trace()
+            # The probe again with the engine started and idle, right before this workload: the CPU's state moves
+            # within one engine's life as well as between starts.
+            probe_w = cpu_probe_ms()
             t_w = time.perf_counter()
             timings, c = await _run_trace(engine, trace, spec.vocab_size, w.name, args.record_tokens, steps,
                                           args.min_tokens)
+            c["cpu_probe_ms"] = probe_w
             step_cols = c.pop("steps")
             q = c["prefix_cache_queries"]
             tel = summarize(

@@ -53,6 +53,7 @@ def test_real_telemetry_from_one_engine_start(measured):
     assert row["resolved"]["block_size"] == 128 and row["vllm_version"] == installed_vllm_version()
     assert len(row["counters"]["output_token_ids"]["0"]) == 8  # greedy outputs kept for the output guard
     assert row["host"]["cpu"] and row["host"]["cpus_usable"] >= 1 and row["host"]["gpus"] == []  # where it ran
+    assert row["counters"]["cpu_probe_ms"] > 0 and row["host"]["cpu_probe_ms"] > 0  # before the workload, the start
     cpu = row["counters"]["host_cpu"]  # the host's CPU time through the workload, on the steps' clock
     assert 0 < cpu["busy_frac"] <= 1 and 0 <= cpu["steal_frac"] < 1
     assert len(cpu["t"]) == len(cpu["busy"]) == len(cpu["steal"]) >= 1 and cpu["t"] == sorted(cpu["t"])
