@@ -1,4 +1,4 @@
-"""The simulator against real measurements no calibration has seen, in twenty-one sets, and the held-out leases pooled.
+"""The simulator against real measurements no calibration has seen, in twenty-three sets, and the held-out leases pooled.
 
 - ``batching``: `data/eval/batching_h200/real.jsonl`, 8 configurations of `RSI/Batching-v0` (Llama-3.1-8B on
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
@@ -88,6 +88,13 @@
   (`configs/calibration/h200_lease25.predictions.jsonl`): vLLM's defaults on Llama-3.1-8B, Qwen2.5-7B and Llama-3.2-1B
   once more, the CPU probe taken before each engine started: 12 measurements, nothing of them fitted. Pooled into
   ``one_h200``.
+- ``heldout26``: `data/measurements/h200-vllm0.26/heldout_lease26.jsonl`, the twenty-sixth lease's (the one-H200
+  host), committed with the shipped calibration's predictions before it was measured: vLLM's defaults on Llama-3.1-8B
+  in four fresh engines one after another, each row with the host's CPU shares through its workload: 16 measurements,
+  nothing of them fitted. Pooled into ``one_h200``.
+- ``heldout27``: `data/measurements/h200-vllm0.26/heldout_lease27.jsonl`, the twenty-seventh lease's, the same way:
+  vLLM's defaults on Qwen2.5-7B, Mistral-7B and Llama-3.1-8B (Llama-3.2-1B's start did not fit in the lease), the CPU
+  probe also before each workload: 12 measurements, nothing of them fitted. Pooled into ``one_h200``.
 - ``kv_cache_sizes_heldout19``: `data/measurements/h200-vllm0.26/heldout_lease19.jsonl`, the nineteenth lease's
   start-ups of four configurations no fit has seen (Qwen2.5-7B at utilization 0.3, Mistral-7B at 32,768 batched
   tokens, Llama-3.2-1B at 0.1, Llama-3.1-8B at 0.5 / 2,048 tokens / 32-token blocks): the memory plan's
@@ -144,6 +151,8 @@ HELDOUT22 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease22.
 HELDOUT23 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease23.jsonl"
 HELDOUT24 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease24.jsonl"
 HELDOUT25 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease25.jsonl"
+HELDOUT26 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease26.jsonl"
+HELDOUT27 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease27.jsonl"
 HELDOUT19 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease19.jsonl"
 LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
 
@@ -316,12 +325,13 @@ def main(argv: list[str]) -> int:
             "heldout20": load_samples([HELDOUT20]), "heldout21": load_samples([HELDOUT21]),
             "heldout22": load_samples([HELDOUT22]), "heldout23": load_samples([HELDOUT23]),
             "heldout24": load_samples([HELDOUT24]), "heldout25": load_samples([HELDOUT25]),
+            "heldout26": load_samples([HELDOUT26]), "heldout27": load_samples([HELDOUT27]),
             "quantization": unseen_samples("quantization"), "prefix_cache": unseen_samples("prefix_cache")}
     pooled = ("heldout", "heldout5", "heldout6", "heldout7", "heldout10", "heldout12")
     sets["heldout_pooled"] = [s for k in pooled for s in sets[k]]
     sets["one_h200"] = [s for k in ("heldout11", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18",
                                     "heldout20", "heldout21", "heldout22", "heldout23", "heldout24",
-                                    "heldout25")
+                                    "heldout25", "heldout26", "heldout27")
                        for s in sets[k]]
     cals = [Calibration.from_dict(yaml.safe_load(Path(p).read_text())) for p in argv] or [
         load_calibration("h200", "0.26")]
