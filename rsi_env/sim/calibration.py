@@ -10,6 +10,7 @@ efficiencies — and the telemetry says so (``calibration: "default"``).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cache
@@ -98,13 +99,14 @@ class Calibration:
         ``(probe_ms / cpu_probe_ref_ms) ** cpu_probe_exp``, every GPU term kept, the id marked with the probe.
 
         One H200 host kind ran the same configuration's CPU-bound steps up to twice as slowly from one engine start to
-        the next, and the probe taken before each start told the slow starts from the fast (README, "The twenty-sixth
-        lease"); the GPU's kernels did not move.
+        the next while the GPU's kernels did not move; on one lease the probe before each start told the slow starts
+        from the fast, on the next it moved within a start, and over three leases a rule on it did no better than one
+        constant factor (README, "The twenty-sixth and twenty-seventh leases"): whether it helps is the host's.
         """
         if self.cpu_probe_ref_ms <= 0:
             raise CalibrationError(f"calibration {self.id!r} has no CPU-probe reference (cpu_probe_ref_ms is 0): "
                                    "fit one with `rsi-env calibrate --probe-measurements`")
-        if not probe_ms > 0:
+        if not (probe_ms > 0 and math.isfinite(probe_ms)):
             raise CalibrationError(f"a CPU probe is a positive number of milliseconds, not {probe_ms!r}")
         f = (probe_ms / self.cpu_probe_ref_ms) ** self.cpu_probe_exp
         return replace(self.with_cpu_factor(f), id=f"{self.id}@probe{probe_ms:g}ms")

@@ -34,7 +34,8 @@ from rsi_env.sim import simulate_detailed
 from rsi_env.sim.calibration import COEFFICIENTS, CPU_TERMS, Calibration, load_calibration
 from rsi_env.sim.memory import MemoryPlan, plan_memory
 
-__all__ = ["Sample", "blocks_error", "calibration_id", "evaluate", "fit", "fit_host", "load_samples", "run_calibration",
+__all__ = ["Sample", "blocks_error", "calibration_id", "evaluate", "fit", "fit_host", "load_samples", "residuals",
+           "run_calibration",
            "run_host_calibration", "run_memory_calibration", "samples_from_rows"]
 
 TIMING = ("mm_eff", "mm_half_tokens", "mm_half_exp", "roofline_sharpness", "bw_eff", "attn_eff", "kv_bw_eff", "step_s",
@@ -247,12 +248,11 @@ def _fit_memory_terms(pts: list[Sample], cal: Calibration, hw: HardwareSpec, nam
     return cal.with_coefficients({n: float(v) * scale.get(n, 1.0) for n, v in zip(names, r.x, strict=True)})
 
 
-def residuals(samples: list[Sample], cal: Calibration, hw: HardwareSpec, at_probe: bool = False) -> np.ndarray:
-    """What every timing fit minimises: log-ratios of throughput, TTFT p50 and TPOT p50 of each sample, weighted
-    (``at_probe``: each sample simulated for its host's CPU probe)."""
+def residuals(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> np.ndarray:
+    """What every timing fit minimises: log-ratios of throughput, TTFT p50 and TPOT p50 of each sample, weighted."""
     out = []
     for s in samples:
-        p = _predict(s, cal, hw, at_probe)
+        p = _predict(s, cal, hw)
         if not p.ok:
             out += [3.0, 3.0, 3.0]
             continue

@@ -4,7 +4,10 @@ The one-H200 machines this project is lent run the engine's CPU side at differen
 the next: vLLM's defaults on Llama-3.1-8B, started four times in a row on one machine (the twenty-sixth lease),
 gave ``short_long`` TPOT p50 7.3-8.5 ms and ``many_small`` TTFT p50 33-149 ms, while ``long_context``'s GPU-bound
 steps stayed within 1 %. The probe the real tier takes before each engine starts (`rsi_env.real.host.cpu_probe_ms`:
-a fixed piece of interpreter work) read 14 ms before the fast start and 23-26 ms before the three slow ones.
+a fixed piece of interpreter work) read 14 ms before the fast start and 23-26 ms before the three slow ones; on the
+next lease it moved from 15 to 27 ms within one start, and over the ten probed starts of leases 25-27 the rule below,
+each start predicted by the others', did no better than one constant factor (README). The stage is the test of
+whether a host's probe tracks its state, and the rule where it does.
 
 The stage finds, for each engine start that carries a probe, the factor on the CPU terms (`CPU_TERMS`) that fits
 its workloads best but the bistable ones (`run_factor`: a grid, then a golden-section search; one number per start,

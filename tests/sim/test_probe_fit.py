@@ -34,7 +34,7 @@ def test_a_probe_scales_the_cpu_terms_and_nothing_else():
 def test_a_probe_needs_a_reference_and_a_positive_reading():
     with pytest.raises(CalibrationError, match="no CPU-probe reference"):
         Calibration(hardware="h200").at_cpu_probe(20.0)
-    for bad in (0.0, -3.0, float("nan")):
+    for bad in (0.0, -3.0, float("nan"), float("inf")):
         with pytest.raises(CalibrationError, match="positive number of milliseconds"):
             TRUTH.at_cpu_probe(bad)
 
