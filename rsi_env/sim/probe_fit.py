@@ -6,14 +6,15 @@ gave ``short_long`` TPOT p50 7.3-8.5 ms and ``many_small`` TTFT p50 33-149 ms, w
 steps stayed within 1 %. The probe the real tier takes before each engine starts (`rsi_env.real.host.cpu_probe_ms`:
 a fixed piece of interpreter work) read 14 ms before the fast start and 23-26 ms before the three slow ones; on the
 next lease it moved from 15 to 27 ms within one start, and over the ten probed starts of leases 25-27 the rule below,
-each start predicted by the others', did no better than one constant factor (README). The stage is the test of
-whether a host's probe tracks its state, and the rule where it does.
+each start predicted by the others', did no better than one constant factor; with nothing running, that machine's
+vCPUs flip between fast and ~1.7x slower within seconds (README). The stage is the test of whether a host's probe
+tracks its state, and the rule where it does.
 
 The stage finds, for each engine start that carries a probe, the factor on the CPU terms (`CPU_TERMS`) that fits
 its workloads best but the bistable ones (`run_factor`: a grid, then a golden-section search; one number per start,
 so the simulator's steps in the objective cannot trap it as they trap a joint fit), then the rule of
-`Calibration.at_cpu_probe` — the
-probe at which the factor is 1 and the power it grows with — as the least-squares line of log factor on log probe.
+`Calibration.at_cpu_probe` — the probe at which the factor is 1 and the power it grows with — as the least-squares
+line of log factor on log probe.
 Each start is also predicted by the rule the other starts give (leave one run out: a probe is one start's, so
 starts, not configurations, are held out), beside the base calibration, which knows no probe.
 """
