@@ -16,7 +16,9 @@ so the simulator's steps in the objective cannot trap it as they trap a joint fi
 `Calibration.at_cpu_probe` — the probe at which the factor is 1 and the power it grows with — as the least-squares
 line of log factor on log probe.
 Each start is also predicted by the rule the other starts give (leave one run out: a probe is one start's, so
-starts, not configurations, are held out), beside the base calibration, which knows no probe.
+starts, not configurations, are held out), beside the base calibration, which knows no probe, and beside one constant
+factor (the other starts' geometric mean), which knows the level of the starts but not their probes: the probe is
+worth its rule only where the rule beats the constant.
 """
 
 from __future__ import annotations
@@ -129,18 +131,22 @@ def run_probe_calibration(hardware: str, probe_measurements: list[str], *, base:
                for key, v in runs.items()}
     before: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
+    level: list[dict[str, Any]] = []
     per_run: list[dict[str, Any]] = []
     for key, held in runs.items():
-        others = [(p, factors[k]) for k in runs if k != key for p in (k[1],)]
+        others = [(k[1], f) for k, f in factors.items() if k != key]
         if len({p for p, _ in others}) < 2:
             continue  # the others cannot give a rule: this start is not held out
         ref, exp = probe_rule(others)
         fold = base.with_coefficients({"cpu_probe_ref_ms": ref, "cpu_probe_exp": exp})
+        constant = base.with_cpu_factor(float(np.exp(np.mean(np.log([f for _, f in others])))))
         b, a = evaluate(held, base, hw)["per_sample"], evaluate(held, fold, hw, at_probe=True)["per_sample"]
+        c = evaluate(held, constant, hw)["per_sample"]
         before += b
         after += a
+        level += c
         per_run.append({"config": key[0], "cpu_probe_ms": key[1], "factor": round(factors[key], 4),
-                        "before": _mape(b), "after": _mape(a),
+                        "before": _mape(b), "after": _mape(a), "constant": _mape(c),
                         "rule_of_the_others": {"cpu_probe_ref_ms": round(ref, 3), "cpu_probe_exp": round(exp, 4)}})
     ref, exp = probe_rule([(k[1], f) for k, f in factors.items()])
     fitted = base.with_coefficients({"cpu_probe_ref_ms": ref, "cpu_probe_exp": exp})
@@ -149,7 +155,8 @@ def run_probe_calibration(hardware: str, probe_measurements: list[str], *, base:
         "measurements": [str(m) for m in probe_measurements], "sha256_12": digest, "terms": list(PROBE),
         "values": {n: getattr(fitted, n) for n in PROBE}, "runs": len(runs),
         "factors": [{"config": k[0], "cpu_probe_ms": k[1], "factor": round(f, 4)} for k, f in factors.items()],
-        "leave_one_run_out_before": _mape(before), "leave_one_run_out_after": _mape(after)}
+        "leave_one_run_out_before": _mape(before), "leave_one_run_out_after": _mape(after),
+        "leave_one_run_out_constant": _mape(level)}
     fitted = replace(fitted, id=calibration_id(fitted, digest), provenance={
         **base.provenance, "fitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "base": base.id,
         "probe_stage": stage})
@@ -165,7 +172,8 @@ def run_probe_calibration(hardware: str, probe_measurements: list[str], *, base:
         f"calibration {fitted.id}: {base.id} with the CPU terms at a probe of {ref:.1f} ms, scaling as its ratio to "
         f"the power {exp:.2f}, from {len(runs)} engine starts",
         f"  each start, by the others' rule: before (no probe) {line(stage['leave_one_run_out_before'])}",
-        f"                                   after (its probe) {line(stage['leave_one_run_out_after'])}"]
+        f"                                   after (its probe) {line(stage['leave_one_run_out_after'])}",
+        f"      one constant factor, no probe (the others' mean) {line(stage['leave_one_run_out_constant'])}"]
         + [f"    probe {r['cpu_probe_ms']:5.1f} ms, factor {r['factor']:.2f}, {r['config']}: {line(r['before'])} -> "
            f"{line(r['after'])}" for r in per_run])
     return report
