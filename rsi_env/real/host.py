@@ -25,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ class CpuShares:
     """Shares of the host's CPU time between successive `sample` calls: work (everything but idle, iowait and steal),
     steal, and the same over the whole span sampled. Times are the caller's (seconds from its origin)."""
 
-    def __init__(self, read: Any = cpu_times) -> None:
+    def __init__(self, read: Callable[[], tuple[int, ...] | None] = cpu_times) -> None:
         self._read = read
         self._first = self._last = read()
         self.t: list[float] = []
