@@ -135,11 +135,7 @@ def split(samples: list[_K], seed: int, held_fraction: float = 0.3) -> tuple[lis
     return [s for s in samples if s.config_key not in held], [s for s in samples if s.config_key in held]
 
 
-def _predict(s: Sample, cal: Calibration, hw: HardwareSpec, at_probe: bool = False) -> Telemetry:
-    """The sim's telemetry for what ``s`` ran; with ``at_probe``, for the CPU state its probe read where both the
-    sample and the calibration have one (`Calibration.at_cpu_probe`)."""
-    if at_probe and s.cpu_probe_ms and cal.cpu_probe_ref_ms > 0:
-        cal = cal.at_cpu_probe(s.cpu_probe_ms)
+def _predict(s: Sample, cal: Calibration, hw: HardwareSpec) -> Telemetry:
     return simulate_detailed(EngineConfig.from_dict(s.flags), load_model(s.model), hw, s.workload,
                              engine_version=s.engine_version, calibration=cal)[0]
 
@@ -169,12 +165,11 @@ def rank_agreement(pairs: list[tuple[Sample, Telemetry]], min_configs: int = 3) 
     return out
 
 
-def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec, at_probe: bool = False) -> dict[str, Any]:
-    """MAPEs of throughput, TTFT/TPOT p50 and KV blocks, and rank correlation of configurations (``at_probe``: each
-    sample predicted for its host's CPU probe, see `_predict`)."""
+def evaluate(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> dict[str, Any]:
+    """MAPEs of throughput, TTFT/TPOT p50 and KV blocks, and rank correlation of configurations."""
     rows = []
     for s in samples:
-        p = _predict(s, cal, hw, at_probe)
+        p = _predict(s, cal, hw)
         rows.append((s, p))
     ok = [(s, p) for s, p in rows if p.ok]
     err: dict[str, Any] = {"n": len(samples), "n_failed_in_sim": len(rows) - len(ok)}

@@ -11,7 +11,7 @@ vCPUs flip between fast and ~1.7x slower within seconds (README). The stage is t
 tracks its state, and the rule where it does.
 
 The stage finds, for each engine start that carries a probe, the factor on the CPU terms (`CPU_TERMS`) that fits
-its workloads best but the bistable ones (`run_factor`: a grid, then a golden-section search; one number per start,
+its workloads best but the bistable ones (`run_factor`: a grid, then a bounded scalar search; one number per start,
 so the simulator's steps in the objective cannot trap it as they trap a joint fit), then the rule of
 `Calibration.at_cpu_probe` — the probe at which the factor is 1 and the power it grows with — as the least-squares
 line of log factor on log probe.
@@ -48,7 +48,7 @@ from rsi_env.sim.fit import (
 __all__ = ["probe_rule", "run_factor", "run_probe_calibration"]
 
 FACTORS = np.exp(np.linspace(math.log(0.5), math.log(2.5), 25))  # the grid of `run_factor`, 7 % apart
-REFINE = 8  # golden-section steps between the best grid point's neighbours
+REFINE = 10  # evaluations of the bounded search between the best grid point's neighbours
 MAX_EXP = 3.0
 
 
@@ -62,7 +62,10 @@ def _runs(samples: list[Sample]) -> dict[tuple[str, float, float], list[Sample]]
 
 
 def run_factor(samples: list[Sample], hw: HardwareSpec, base: Calibration) -> float:
-    """The factor on ``base``'s CPU terms that fits one engine start's ``samples`` best (`residuals`' squares)."""
+    """The factor on ``base``'s CPU terms that fits one engine start's ``samples`` best (`residuals`' squares): the
+    best point of a grid, then a bounded scalar search between its neighbours."""
+    from scipy.optimize import minimize_scalar
+
     def loss(log_f: float) -> float:
         return float(np.sum(residuals(samples, base.with_cpu_factor(math.exp(log_f)), hw) ** 2))
 
@@ -70,23 +73,8 @@ def run_factor(samples: list[Sample], hw: HardwareSpec, base: Calibration) -> fl
     losses = [loss(x) for x in grid]
     i = int(np.argmin(losses))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    best, best_loss = float(grid[i]), losses[i]
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    la, lb = loss(a), loss(b)
-    for _ in range(REFINE):
-        if la < lb:
-            hi, b, lb = b, a, la
-            a = hi - g * (hi - lo)
-            la = loss(a)
-        else:
-            lo, a, la = a, b, lb
-            b = lo + g * (hi - lo)
-            lb = loss(b)
-    for x, fx in ((a, la), (b, lb)):
-        if fx < best_loss:
-            best, best_loss = x, fx
-    return math.exp(best)
+    r = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"maxiter": REFINE})
+    return math.exp(float(r.x) if r.fun < losses[i] else float(grid[i]))
 
 
 def probe_rule(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -140,7 +128,7 @@ def run_probe_calibration(hardware: str, probe_measurements: list[str], *, base:
         ref, exp = probe_rule(others)
         fold = base.with_coefficients({"cpu_probe_ref_ms": ref, "cpu_probe_exp": exp})
         constant = base.with_cpu_factor(float(np.exp(np.mean(np.log([f for _, f in others])))))
-        b, a = evaluate(held, base, hw)["per_sample"], evaluate(held, fold, hw, at_probe=True)["per_sample"]
+        b, a = evaluate(held, base, hw)["per_sample"], evaluate(held, fold.at_cpu_probe(key[1]), hw)["per_sample"]
         c = evaluate(held, constant, hw)["per_sample"]
         before += b
         after += a
