@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from rsi_env.sandbox.profile import Profile
+
 __all__ = ["Limits", "Sandbox", "ShellResult", "check_command", "sandbox_environ"]
 
 MAX_COMMAND_CHARS = 8192
@@ -56,10 +58,17 @@ class Limits:
     """What one command may use. Each backend enforces what its mechanism can (see its docstring)."""
 
     cpu_s: int = 120                 # CPU seconds per process (RLIMIT_CPU)
-    memory_bytes: int = 4 << 30      # address space per process (RLIMIT_AS); the container's memory in Docker
+    memory_bytes: int = 4 << 30      # memory of all the sandbox's processes together (memory cgroup; Docker's
+    #                                  memory limit), and address space per process (RLIMIT_AS)
     file_bytes: int = 64 << 20       # largest file a command may write (RLIMIT_FSIZE)
     max_procs: int = 128             # processes at once (pids cgroup / RLIMIT_NPROC / Docker's pids limit)
     cpus: float = 1.0                # CPU share of a Docker container
+    disk_bytes: int = 1 << 30        # bytes the workspace and the private /tmp may hold together
+
+    @property
+    def tmp_bytes(self) -> int:
+        """The private ``/tmp``'s share of `disk_bytes` (a quarter); the workspace may hold the rest."""
+        return self.disk_bytes // 4
 
 
 def check_command(command: object) -> str | None:
@@ -83,20 +92,25 @@ def sandbox_environ(workspace: Path, python_dir: str | None = None) -> dict[str,
 
 
 class Sandbox(ABC):
-    """Runs commands in one workspace until closed.
+    """Runs commands in one workspace until closed, showing them only what ``profile`` allows.
 
-    ``hidden`` are host paths the command must not see (hidden checks, reference data); backends that
-    show the host's filesystem mask them with an empty directory.
+    ``profile`` (`rsi_env.sandbox.profile.Profile`) is the allowlist of what is visible read-only
+    besides the workspace; ``hidden`` are host paths masked even where a profile path holds them
+    (defence in depth: no profile of the package's binds a hidden check).
     """
 
     backend: ClassVar[str] = ""
+    # Whether commands are contained at all; the local backend is not, and says so.
+    contains: ClassVar[bool] = True
 
-    def __init__(self, workspace: Path | str, *, limits: Limits | None = None, hidden: Sequence[Path | str] = ()) -> None:
+    def __init__(self, workspace: Path | str, *, limits: Limits | None = None, hidden: Sequence[Path | str] = (),
+                 profile: Profile | None = None) -> None:
         self.workspace = Path(workspace).resolve()
         if not self.workspace.is_dir():
             raise FileNotFoundError(f"sandbox workspace {self.workspace} is not a directory")
         self.limits = limits or Limits()
         self.hidden = tuple(Path(p).resolve() for p in hidden if Path(p).exists())
+        self.profile = profile or Profile()
         self.closed = False
 
     @classmethod

@@ -1,27 +1,33 @@
-"""`BubblewrapSandbox`: the host's root read-only, only the workspace writable, no network.
+"""`BubblewrapSandbox`: a root built from the profile's allowlist, only the workspace writable, no network.
 
-Each command runs under ``bwrap`` in new user, mount, PID, network, IPC and UTS namespaces with every
-capability dropped: ``/`` is bound read-only, ``/tmp`` is a private tmpfs, ``/dev`` and ``/proc`` are
-minimal, the workspace is the one writable bind, and ``hidden`` paths are masked by empty tmpfs (or
-``/dev/null`` for files). Killing the command's ``bwrap`` kills its PID namespace, and ``bwrap`` dies
-with its parent, so no process outlives a command; the shared limits of `rsi_env.sandbox.process`
-apply on top (a ``pids`` cgroup where the machine allows one, rlimits otherwise).
+Each command runs under ``bwrap`` in new mount, PID, network, IPC and UTS namespaces. Its root is an
+empty tmpfs holding only what `rsi_env.sandbox.profile.Profile` lists, read-only, plus a private
+``/tmp`` (a tmpfs of `Limits.tmp_bytes`), a minimal ``/dev`` and ``/proc``, and the workspace, the one
+writable bind; ``hidden`` paths are masked on top. The command runs as ``nobody``: when the env runs
+as root, ``bwrap`` builds the root with root's rights (so an interpreter under ``/root`` can be bound)
+and ``setpriv`` drops to uid/gid 65534 with no capabilities and ``no_new_privs`` before the command
+starts, a real unprivileged user on the host (no user namespace maps it back to root); otherwise
+``bwrap`` runs as the env's user in a user namespace. Killing the command's ``bwrap`` kills its PID
+namespace, and ``bwrap`` dies with its parent, so no process outlives a command; the limits of
+`rsi_env.sandbox.process` apply on top (pids and memory cgroups where the machine allows them,
+rlimits otherwise, and the workspace's `DiskCap`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
 
-import rsi_env
 from rsi_env.sandbox.base import Sandbox, ShellResult, sandbox_environ
-from rsi_env.sandbox.process import run_process
+from rsi_env.sandbox.process import DiskCap, hand_over, run_process
+from rsi_env.sandbox.profile import NOBODY, Mount
 
 __all__ = ["BubblewrapSandbox"]
 
-_PACKAGE = Path(rsi_env.__file__).resolve().parent  # read-only like the rest of the root; its hidden parts masked
+_SETPRIV = "/usr/bin/setpriv"
 
 
 @cache
@@ -29,14 +35,47 @@ def _probe() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
+    if os.geteuid() == 0 and not Path(_SETPRIV).exists():
+        return f"bubblewrap run by root needs {_SETPRIV} (apt-get install util-linux) to drop to nobody"
     try:
-        out = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
-                              "/bin/true"], capture_output=True, timeout=10)
+        out = subprocess.run([bwrap, "--ro-bind", "/", "/", *_unshare(), "--die-with-parent", "/bin/true"],
+                             capture_output=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bubblewrap does not run here: {exc}"
     if out.returncode != 0:
         return f"bubblewrap cannot create namespaces here: {out.stderr.decode(errors='replace').strip()}"
     return None
+
+
+def _unshare() -> list[str]:
+    """Every namespace but the user one for root (whose command then drops to nobody); all of them otherwise."""
+    if os.geteuid() == 0:
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    return ["--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+
+
+def _mount_args(mounts: list[Mount]) -> list[str]:
+    """``bwrap`` arguments for ``mounts``, each folder above a destination made first as 0755 (not bwrap's 0700)."""
+    made: set[str] = {"/"}
+    args: list[str] = []
+    for m in mounts:
+        for parent in reversed(Path(m.dest).parents):
+            p = str(parent)
+            if p not in made:
+                made.add(p)
+                args += ["--perms", "0755", "--dir", p]
+        made.add(m.dest)
+        if m.kind == "ro":
+            args += ["--ro-bind", m.source, m.dest]
+        elif m.kind == "rw":
+            args += ["--bind", m.source, m.dest]
+        elif m.kind == "empty":
+            args += ["--perms", "0755", "--tmpfs", m.dest]
+        elif m.kind == "link":
+            args += ["--symlink", m.source, m.dest]
+        elif m.kind == "dev":
+            args += ["--dev-bind", m.source, m.dest]
+    return args
 
 
 class BubblewrapSandbox(Sandbox):
@@ -52,17 +91,27 @@ class BubblewrapSandbox(Sandbox):
         """The ``bwrap`` command line that runs ``command``."""
         ws = str(self.workspace)
         bwrap = shutil.which("bwrap") or "bwrap"
-        argv = [bwrap, "--ro-bind", "/", "/", "--tmpfs", "/tmp"]
-        if _PACKAGE.is_relative_to("/tmp"):  # a checkout under /tmp: the private /tmp would hide rsi-env itself
-            argv += ["--ro-bind", str(_PACKAGE), str(_PACKAGE)]
-        argv += ["--bind", ws, ws, "--dev", "/dev", "--proc", "/proc"]
+        argv = [bwrap, "--dev", "/dev", "--proc", "/proc", "--size", str(self.limits.tmp_bytes), "--perms", "1777",
+                "--tmpfs", "/tmp"]
+        argv += _mount_args([*self.profile.mounts(), Mount("rw", ws, ws)])
         for p in self.hidden:
             argv += ["--tmpfs", str(p)] if p.is_dir() else ["--ro-bind", "/dev/null", str(p)]
-        return argv + ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", ws,
-                       "/bin/sh", "-c", command]
+        argv += [*_unshare(), "--die-with-parent", "--new-session", "--chdir", ws]
+        if os.geteuid() == 0:  # bwrap keeps what setpriv needs; setpriv drops it all before the command starts
+            keep = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH")
+            argv += ["--cap-drop", "ALL", *(a for c in keep for a in ("--cap-add", c)), "--", _SETPRIV,
+                     "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "--inh-caps", "-all",
+                     "--bounding-set", "-all", "--no-new-privs"]
+        else:
+            argv += ["--cap-drop", "ALL"]
+        return argv + ["--", "/bin/sh", "-c", command]
 
     def _run(self, command: str, timeout_s: float, max_output: int) -> ShellResult:
         if (why := _probe()) is not None:
             return ShellResult(None, "", error=f"refused: {why}", backend=self.backend)
+        if os.geteuid() == 0:
+            hand_over(self.workspace, NOBODY)
+        disk = DiskCap(self.workspace, self.limits.disk_bytes - self.limits.tmp_bytes)
         return run_process(self.argv(command), cwd=self.workspace, env=sandbox_environ(self.workspace),
-                           limits=self.limits, timeout_s=timeout_s, max_output=max_output, backend=self.backend)
+                           limits=self.limits, timeout_s=timeout_s, max_output=max_output, backend=self.backend,
+                           disk=disk)

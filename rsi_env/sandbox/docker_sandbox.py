@@ -1,10 +1,10 @@
 """`DockerSandbox`: a container per episode — its own root filesystem, no network, capped resources.
 
-The container runs the image of `rsi_env.sandbox.docker_image` (busybox only) with a read-only root,
-no network, every capability dropped, ``no-new-privileges``, a memory limit (no swap on top), a CPU
-share, a PID limit and file-size/CPU-time ulimits; ``/tmp`` is a small private tmpfs. The workspace is
-bound read-write at its own path, and what Python needs to run (its prefix, ``/usr``, ``/lib*``, the
-``rsi_env`` package) read-only; ``hidden`` paths are masked by empty tmpfs. A command is a ``docker
+The container runs the image of `rsi_env.sandbox.docker_image` (busybox only) as ``nobody`` with a
+read-only root, no network, every capability dropped, ``no-new-privileges``, a memory limit (no swap
+on top), a CPU share, a PID limit and file-size/CPU-time ulimits; ``/tmp`` is a private tmpfs of
+`Limits.tmp_bytes`. The workspace is bound read-write at its own path, and the profile's allowlist
+(`rsi_env.sandbox.profile`) read-only; ``hidden`` paths are masked by empty tmpfs. A command is a ``docker
 exec`` read through the ``docker`` package with a deadline and an output cap; after each command every
 process but the container's init is killed, so nothing outlives a command. The container is removed
 on :meth:`close`. Needs the ``docker`` Python package and a running Docker engine.
@@ -13,20 +13,20 @@ on :meth:`close`. Needs the ``docker`` Python package and a running Docker engin
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import rsi_env
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.base import Limits, Sandbox, ShellResult, sandbox_environ
 from rsi_env.sandbox.docker_image import IMAGE, ensure_image, find_busybox
-from rsi_env.sandbox.process import OutputCap, pump
+from rsi_env.sandbox.process import DiskCap, OutputCap, hand_over, pump
+from rsi_env.sandbox.profile import NOBODY, Profile
 
-__all__ = ["DockerSandbox", "docker_client", "runtime_paths"]
+__all__ = ["DockerSandbox", "docker_client"]
 
 # The container's init: reaps orphans and survives the kill-everything sweep (it is PID 1).
 _INIT = "trap '' TERM INT HUP; while :; do sleep 3600 & wait; done"
@@ -47,14 +47,27 @@ def docker_client(timeout: float = 10.0) -> Any:
     return client
 
 
-def runtime_paths() -> list[Path]:
-    """Host paths a command needs to run this Python and import rsi_env, bound read-only in the container."""
-    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(rsi_env.__file__).resolve().parent}
-    # Not resolved: where /lib is a link to /usr/lib (merged /usr), Docker binds the target at /lib.
-    paths |= {Path(p) for p in ("/usr", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/alternatives")}
-    keep = sorted(p for p in paths if p.exists())
-    # Drop paths inside another one (binding /usr and then /usr/x again is redundant).
-    return [p for p in keep if not any(q != p and q in p.parents for q in keep)]
+def _volumes(profile: Profile, workspace: str) -> tuple[dict[str, dict[str, str]], dict[str, str], list[str]]:
+    """The container's binds, tmpfs mounts and devices for ``profile``, and the workspace read-write.
+
+    A link of a merged ``/usr`` (``/lib64 -> usr/lib64``) is bound as its target: Docker cannot make links,
+    and the image's own ``/bin`` (busybox) stays.
+    """
+    volumes: dict[str, dict[str, str]] = {}
+    tmpfs: dict[str, str] = {}
+    devices: list[str] = []
+    for m in profile.mounts():
+        if m.kind == "ro":
+            volumes[m.source] = {"bind": m.dest, "mode": "ro"}
+        elif m.kind == "link" and m.dest != "/bin":
+            target = str(Path(m.dest).resolve())
+            volumes[target] = {"bind": m.dest, "mode": "ro"}
+        elif m.kind == "empty":
+            tmpfs[m.dest] = "size=64k,mode=755"
+        elif m.kind == "dev":
+            devices.append(f"{m.source}:{m.dest}:rwm")
+    volumes[workspace] = {"bind": workspace, "mode": "rw"}
+    return volumes, tmpfs, devices
 
 
 class DockerSandbox(Sandbox):
@@ -63,17 +76,16 @@ class DockerSandbox(Sandbox):
     backend = "docker"
 
     def __init__(self, workspace: Path | str, *, limits: Limits | None = None, hidden: Sequence[Path | str] = (),
-                 image: str = IMAGE) -> None:
-        super().__init__(workspace, limits=limits, hidden=hidden)
+                 profile: Profile | None = None, image: str = IMAGE) -> None:
+        super().__init__(workspace, limits=limits, hidden=hidden, profile=profile)
         import docker
 
         self._client = docker_client()
         self.image = ensure_image(self._client, image)
         lim = self.limits
         ws = str(self.workspace)
-        volumes = {str(p): {"bind": str(p), "mode": "ro"} for p in runtime_paths()}
-        volumes[ws] = {"bind": ws, "mode": "rw"}
-        tmpfs = {"/tmp": "size=256m,mode=1777"}
+        volumes, tmpfs, devices = _volumes(self.profile, ws)
+        tmpfs["/tmp"] = f"size={lim.tmp_bytes},mode=1777"
         for p in self.hidden:
             tmpfs[str(p)] = "size=64k,mode=755"
         self.environ = sandbox_environ(self.workspace)
@@ -82,7 +94,8 @@ class DockerSandbox(Sandbox):
                 self.image, ["/bin/sh", "-c", _INIT], detach=True, network_disabled=True, network_mode="none",
                 read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
                 mem_limit=lim.memory_bytes, memswap_limit=lim.memory_bytes, pids_limit=lim.max_procs,
-                nano_cpus=int(lim.cpus * 1e9), tmpfs=tmpfs, volumes=volumes, working_dir=ws,
+                nano_cpus=int(lim.cpus * 1e9), tmpfs=tmpfs, volumes=volumes, devices=devices, working_dir=ws,
+                user=f"{NOBODY}:{NOBODY}",
                 environment=self.environ, labels={LABEL: "1"},
                 ulimits=[docker.types.Ulimit(name="fsize", soft=lim.file_bytes, hard=lim.file_bytes),
                          docker.types.Ulimit(name="cpu", soft=lim.cpu_s, hard=lim.cpu_s),
@@ -116,6 +129,8 @@ class DockerSandbox(Sandbox):
     def _run(self, command: str, timeout_s: float, max_output: int) -> ShellResult:
         import docker
 
+        if os.geteuid() == 0:
+            hand_over(self.workspace, NOBODY)
         api = self._client.api
         t0 = time.monotonic()
         try:
@@ -126,18 +141,20 @@ class DockerSandbox(Sandbox):
             return ShellResult(None, "", error=f"the container did not run the command: {exc}", backend=self.backend)
         raw = getattr(sock, "_sock", sock)
         cap = OutputCap(max_output, framed=True)
+        disk = DiskCap(self.workspace, self.limits.disk_bytes - self.limits.tmp_bytes)
         try:
-            eof, timed_out = pump(raw.fileno(), cap, t0 + timeout_s)
+            got = pump(raw.fileno(), cap, t0 + timeout_s, disk.over)
         finally:  # shut the upgraded connection down: a half-read one would stall the client's next call
             with contextlib.suppress(OSError):
                 raw.shutdown(socket.SHUT_RDWR)
             sock.close()
         rc: int | None = None
-        if eof and not cap.truncated:
+        timed_out = got.timed_out
+        if got.eof and not cap.truncated:
             rc = self._exit_code(ex["Id"], t0 + timeout_s)
             timed_out = timed_out or rc is None
         self._sweep()
-        return ShellResult(rc, cap.text(), timed_out, cap.truncated, None, time.monotonic() - t0, self.backend)
+        return ShellResult(rc, cap.text(), timed_out, cap.truncated, got.stopped, time.monotonic() - t0, self.backend)
 
     def _exit_code(self, exec_id: str, deadline: float) -> int | None:
         while True:

@@ -14,6 +14,7 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.backends import BACKENDS, default_backend, make_sandbox
 from rsi_env.sandbox.base import Limits, Sandbox, ShellResult
 from rsi_env.sandbox.hidden import hidden_paths
+from rsi_env.sandbox.profile import Profile
 
 __all__ = ["EpisodeSandbox", "resolve_backend"]
 
@@ -30,17 +31,20 @@ def resolve_backend(backend: str) -> str:
 class EpisodeSandbox:
     """A lazily started sandbox of ``backend`` over ``workspace``."""
 
-    def __init__(self, backend: str, workspace: Path, limits: Limits | None = None) -> None:
+    def __init__(self, backend: str, workspace: Path, limits: Limits | None = None,
+                 profile: Profile | None = None) -> None:
         self.backend = backend
         self.workspace = workspace
         self.limits = limits
+        self.profile = profile
         self._sandbox: Sandbox | None = None
 
     def run(self, command: str, timeout_s: float, max_output: int = 16384) -> ShellResult:
         """Run an agent's command; a sandbox that cannot start comes back as an error, never raised."""
         if self._sandbox is None:
             try:
-                self._sandbox = make_sandbox(self.backend, self.workspace, limits=self.limits, hidden=hidden_paths())
+                self._sandbox = make_sandbox(self.backend, self.workspace, limits=self.limits, hidden=hidden_paths(),
+                                             profile=self.profile)
             except RsiEnvError as exc:
                 return ShellResult(None, "", error=f"refused: {exc}", backend=self.backend)
         return self._sandbox.run(command, timeout_s=timeout_s, max_output=max_output)

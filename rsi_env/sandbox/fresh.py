@@ -20,6 +20,7 @@ from typing import Any
 
 from rsi_env.sandbox.backends import make_sandbox
 from rsi_env.sandbox.base import Limits, ShellResult
+from rsi_env.sandbox.profile import Profile
 
 __all__ = ["FreshRun", "ReportErrors", "run_agent_module", "run_fresh", "run_harness"]
 
@@ -37,8 +38,8 @@ class FreshRun:
 
 def run_fresh(files: Mapping[str, str | bytes], command: str, *, backend: str = "auto", timeout_s: float = 60.0,
               max_output: int = 16384, read: Sequence[str] = (), limits: Limits | None = None,
-              hidden: Sequence[Path | str] = ()) -> FreshRun:
-    """Write ``files`` into a new folder, run ``command`` there in a new sandbox, read back ``read``.
+              hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> FreshRun:
+    """Write ``files`` into a new folder, run ``command`` there in a new sandbox showing ``profile``, read back ``read``.
 
     ``command`` may use ``{python}``: the interpreter of the sandbox.
     """
@@ -51,7 +52,7 @@ def run_fresh(files: Mapping[str, str | bytes], command: str, *, backend: str = 
                 p.write_bytes(content)
             else:
                 p.write_text(content)
-        with make_sandbox(backend, root, limits=limits, hidden=hidden) as sb:
+        with make_sandbox(backend, root, limits=limits, hidden=hidden, profile=profile) as sb:
             res = sb.run(command.replace("{python}", sb.python), timeout_s=timeout_s, max_output=max_output)
         outputs: dict[str, bytes | None] = {}
         for rel in read:
@@ -76,7 +77,7 @@ class ReportErrors:
 
 def run_harness(files: Mapping[str, str | bytes], command: str, report: str, errors: ReportErrors, *,
                 backend: str = "auto", timeout_s: float = 60.0, max_output: int = 16384, limits: Limits | None = None,
-                hidden: Sequence[Path | str] = ()) -> Any:
+                hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> Any:
     """Run a trusted harness in a fresh sandbox (`run_fresh`) and return its JSON ``report``, parsed.
 
     A timeout, a missing report, a report that is not JSON and a report of ``{"error": ...}`` raise
@@ -84,7 +85,7 @@ def run_harness(files: Mapping[str, str | bytes], command: str, report: str, err
     ran the agent's code: the caller validates it.
     """
     run = run_fresh(files, command, backend=backend, timeout_s=timeout_s, max_output=max_output, read=[report],
-                    limits=limits, hidden=hidden)
+                    limits=limits, hidden=hidden, profile=profile)
     res, raw = run.result, run.outputs.get(report)
     if res.timed_out:
         raise errors.error(errors.timed_out)
@@ -102,7 +103,7 @@ def run_harness(files: Mapping[str, str | bytes], command: str, report: str, err
 def run_agent_module(harness: Path, agent_file: str, source: str, inputs: str, errors: ReportErrors, *,
                      input_file: str = "input.json", report: str = "report.json", backend: str = "auto",
                      timeout_s: float = 60.0, max_output: int = 16384, limits: Limits | None = None,
-                     hidden: Sequence[Path | str] = ()) -> Any:
+                     hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> Any:
     """``harness``'s answer (see `rsi_env.sandbox.agent_runner`) with ``source`` as ``agent_file``, on ``inputs``.
 
     ``inputs`` (JSON text) is written as ``input_file``, the answer read from ``report``. It runs in a
@@ -112,4 +113,4 @@ def run_agent_module(harness: Path, agent_file: str, source: str, inputs: str, e
              input_file: inputs}
     return run_harness(files, f"{{python}} -I {AGENT_RUNNER.name} {harness.name} {agent_file} {input_file} {report}",
                        report, errors, backend=backend, timeout_s=timeout_s, max_output=max_output, limits=limits,
-                       hidden=hidden)
+                       hidden=hidden, profile=profile)

@@ -1,4 +1,9 @@
-"""`LocalSandbox`: a plain subprocess in the workspace, under resource limits — the weakest backend.
+"""`LocalSandbox`: a plain subprocess in the workspace, under resource limits — it CONTAINS NOTHING.
+
+For development only: `rsi_env.sandbox.make_sandbox` never picks it by itself (``"auto"`` refuses
+where neither Docker nor bubblewrap works), it warns each time one is made, and a score earned under
+it says so (``info["sandbox"]``). Its profile is not applied: every file the env's user can read, the
+command can read too, hidden checks and clean originals included.
 
 What it bounds: CPU seconds, address space, file size and process count (rlimits, and a ``pids``
 cgroup where the machine allows one), wall time and output (its whole process group, and its cgroup,
@@ -7,8 +12,7 @@ workspace — it shares the host's filesystem. Run by root it therefore drops to
 ``nobody`` (and hands the workspace to that user), so that a command can neither signal the
 environment's process nor write where root's files are, and starts it in a network namespace of its
 own (no network); ``/tmp`` and other world-writable places stay writable, and a non-root env gets
-neither protection. :func:`rsi_env.sandbox.default_sandbox` chooses it only
-where neither Docker nor bubblewrap works.
+neither protection.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ import os
 import shutil
 import stat
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 from rsi_env.sandbox.base import Sandbox, ShellResult, sandbox_environ
-from rsi_env.sandbox.process import run_process
+from rsi_env.sandbox.process import DiskCap, hand_over, run_process
+from rsi_env.sandbox.profile import NOBODY
 
-__all__ = ["LocalSandbox", "NOBODY"]
+__all__ = ["LocalSandbox", "NOBODY", "UNCONTAINED"]
 
-NOBODY = 65534
+UNCONTAINED = ("the 'local' sandbox contains nothing: the agent's commands can read every file this user can, "
+               "hidden checks included; use it for development, never for a score")
 
 
 def _others_can_run(path: Path) -> bool:
@@ -37,21 +45,15 @@ def _others_can_run(path: Path) -> bool:
         return False
 
 
-def _hand_over(root: Path, uid: int) -> None:
-    """Give the workspace to ``uid`` without following links (a link out must not change its target's owner)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
-                os.lchown(p, uid, uid)
-    os.lchown(root, uid, uid)
-
-
 class LocalSandbox(Sandbox):
     """Commands as host subprocesses under limits; see the module docstring for what it cannot contain."""
 
     backend = "local"
+    contains = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        warnings.warn(UNCONTAINED, RuntimeWarning, stacklevel=3)
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -71,8 +73,9 @@ class LocalSandbox(Sandbox):
     def _run(self, command: str, timeout_s: float, max_output: int) -> ShellResult:
         uid = self.uid
         if uid is not None:
-            _hand_over(self.workspace, uid)
+            hand_over(self.workspace, uid)
         env = sandbox_environ(self.workspace, str(Path(self.python).parent))
         return run_process(["/bin/sh", "-c", command], cwd=self.workspace, env=env, limits=self.limits,
                            timeout_s=timeout_s, max_output=max_output, backend=self.backend, uid=uid,
-                           no_network=uid is not None)
+                           no_network=uid is not None,
+                           disk=DiskCap(self.workspace, self.limits.disk_bytes - self.limits.tmp_bytes))

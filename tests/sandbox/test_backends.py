@@ -1,4 +1,4 @@
-"""Choosing a backend: the strongest available, never local while a stronger one works; `run_shell` stays."""
+"""Choosing a backend: the strongest available, never local unless named; `run_shell` stays."""
 
 from __future__ import annotations
 
@@ -19,14 +19,16 @@ def test_the_default_is_the_strongest_available(dockerd: None, workspace: Path):
         assert sb.backend == "docker" and sb.run("echo hi").output == "hi\n"
 
 
-def test_local_is_never_chosen_while_a_stronger_backend_works(monkeypatch: pytest.MonkeyPatch):
+def test_local_is_never_chosen_by_auto(monkeypatch: pytest.MonkeyPatch, workspace: Path):
     monkeypatch.setattr(BACKENDS["docker"], "unavailable", classmethod(lambda cls: "no engine"))
     assert default_backend() == "bubblewrap"
     monkeypatch.setattr(BACKENDS["bubblewrap"], "unavailable", classmethod(lambda cls: "no bwrap"))
-    assert default_backend() == "local"
-    monkeypatch.setattr(BACKENDS["local"], "unavailable", classmethod(lambda cls: "not posix"))
-    with pytest.raises(RsiEnvError, match="no sandbox backend works here"):
+    with pytest.raises(RsiEnvError, match="no containing sandbox backend works here.*sandbox='local' by name"):
         default_backend()
+    with pytest.warns(RuntimeWarning, match="contains nothing"):  # asked for by name: it runs, and says so loudly
+        sb = make_sandbox("local", workspace)
+    assert not sb.contains and sb.run("echo hi").output == "hi\n"
+    sb.close()
 
 
 def test_unknown_or_unavailable_backends_are_refused_by_name(workspace: Path, monkeypatch: pytest.MonkeyPatch):

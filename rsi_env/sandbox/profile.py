@@ -1,0 +1,174 @@
+"""`Profile`: what a sandbox shows its commands — an allowlist, the same for every backend.
+
+A sandbox's filesystem is built from nothing: the workspace read-write, and read-only only
+
+- the system's programs and libraries (``/usr``'s ``bin``, ``sbin``, ``lib*``, ``libexec``, ``share``,
+  ``include``; the ``/bin``-style links of a merged ``/usr``; ``/etc``'s linker cache and alternatives),
+  with every Python site directory under them hidden;
+- the interpreter and its prefix, wherever they live (a venv under ``/tmp`` included), with its
+  site directories emptied;
+- the third-party distributions the task names (`Profile.packages`) and everything they require, bound
+  back into those site directories one top-level entry at a time;
+- folders the task built for itself (`Profile.paths`, e.g. a runtime with the engine's modules);
+- a synthetic ``/etc/passwd`` and ``/etc/group`` that know only root and ``nobody``.
+
+So no home directory, no ``/run``, no host socket, no other checkout or ``.git``, and no source of
+``rsi_env`` is visible unless a task binds a runtime of its own (`rsi_env.sandbox.runtime`), which
+never holds a hidden check, a clean original or a reference solution. `Mount` is the backend-neutral
+list each backend turns into its own arguments.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import re
+import site
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+__all__ = ["Mount", "Profile", "distribution_dirs", "site_dirs"]
+
+_SYSTEM_DIRS = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/share",
+                "/usr/include")
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime")
+_MERGED_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")
+_NVIDIA = re.compile(r"nvidia(\d+|ctl|-uvm|-uvm-tools|-modeset)$")
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One entry of a sandbox's filesystem: a read-only bind, an empty folder over a path, a link or a device."""
+
+    kind: str             # "ro" / "rw" (a bind), "empty" (an empty tmpfs hiding what is there), "link", "dev"
+    dest: str
+    source: str = ""      # the host path ("ro", "dev") or the link's target ("link")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The read-only part of a sandbox: third-party ``packages`` (distribution names), extra ``paths``, ``gpu``.
+
+    ``packages`` are bound with every distribution they require (markers evaluated, extras not
+    followed); ``paths`` are host paths bound at the same place; ``gpu`` binds the NVIDIA device nodes.
+    """
+
+    packages: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    gpu: bool = False
+
+    def mounts(self) -> list[Mount]:
+        """Every entry, parents before children, so that a bind inside an emptied folder lands on top of it."""
+        out: list[Mount] = []
+        for link in _MERGED_LINKS:
+            p = Path(link)
+            if p.is_symlink():
+                out.append(Mount("link", link, os.readlink(p)))
+            elif p.is_dir():
+                out.append(Mount("ro", link, link))
+        out += [Mount("ro", d, d) for d in _SYSTEM_DIRS if Path(d).is_dir()]
+        out += [Mount("ro", f, f) for f in _ETC_FILES if os.path.lexists(f)]
+        users = _users_dir()
+        out += [Mount("ro", f"/etc/{name}", str(users / name)) for name in ("passwd", "group")]
+        for prefix in sorted({_real(sys.base_prefix), _real(sys.prefix)}):
+            if not _covered(prefix, _SYSTEM_DIRS):
+                out.append(Mount("ro", prefix, prefix))
+        bound = tuple(m.dest for m in out if m.kind == "ro")
+        out += [Mount("empty", d, "") for d in site_dirs() if _covered(d, bound)]
+        for entry in sorted(distribution_dirs(self.packages)):
+            out.append(Mount("ro", entry, entry))
+        out += [Mount("ro", _real(p), _real(p)) for p in self.paths]
+        if self.gpu:
+            out += [Mount("dev", str(d), str(d)) for d in sorted(Path("/dev").glob("nvidia*")) if _NVIDIA.match(d.name)]
+            if Path("/dev/nvidia-caps").is_dir():
+                out.append(Mount("dev", "/dev/nvidia-caps", "/dev/nvidia-caps"))
+        return out
+
+
+def _real(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def _covered(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+@cache
+def site_dirs() -> tuple[str, ...]:
+    """Every Python site directory a command could import from: the interpreter's, the user's, the system's."""
+    found = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+    found.add(site.getusersitepackages())
+    for root in ("/usr/lib", "/usr/local/lib", "/usr/lib64"):
+        for d in Path(root).glob("python3*/*-packages"):
+            found.add(str(d))
+    return tuple(sorted({_real(d) for d in found if Path(d).is_dir()}))
+
+
+@cache
+def _users_dir() -> Path:
+    """A folder holding the sandbox's ``passwd`` and ``group``: root and ``nobody``, nothing of the host's."""
+    d = Path(tempfile.mkdtemp(prefix="rsi-etc-"))
+    d.chmod(0o755)
+    (d / "passwd").write_text(f"root:x:0:0:root:/nonexistent:/bin/sh\nnobody:x:{NOBODY}:{NOBODY}:nobody:/nonexistent:"
+                              "/bin/sh\n")
+    (d / "group").write_text(f"root:x:0:\nnogroup:x:{NOBODY}:\n")
+    for f in d.iterdir():
+        f.chmod(0o644)
+    return d
+
+
+def _requirements(dist: metadata.Distribution) -> list[str]:
+    """The names of the distributions ``dist`` requires on this machine (markers evaluated, extras left out)."""
+    names = []
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # no packaging: keep every requirement that is not behind an extra
+        return [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or () if "extra" not in r]
+    for raw in dist.requires or ():
+        try:
+            req = Requirement(raw)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            names.append(req.name)
+    return names
+
+
+@cache
+def distribution_dirs(packages: tuple[str, ...]) -> frozenset[str]:
+    """The top-level files and folders, in their site directory, of ``packages`` and all they require.
+
+    A distribution that is not installed is left out (the command then fails to import it, in its own
+    words); entries outside the site directory (scripts in ``bin``) are not needed to import.
+    """
+    seen: set[str] = set()
+    out: set[str] = set()
+    todo = [metadata_name(p) for p in packages]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        base = Path(str(dist.locate_file("")))
+        for f in dist.files or ():
+            if f.parts and f.parts[0] not in ("..", "/") and not f.parts[0].endswith(".pth"):
+                out.add(str((base / f.parts[0]).resolve()))
+        info = getattr(dist, "_path", None)
+        if info is not None:
+            out.add(str(Path(info).resolve()))
+        todo += [metadata_name(r) for r in _requirements(dist)]
+    return frozenset(p for p in out if os.path.lexists(p))
+
+
+def metadata_name(name: str) -> str:
+    """A distribution name as the metadata index knows it (``PyYAML`` and ``pyyaml`` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
