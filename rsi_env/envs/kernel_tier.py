@@ -26,6 +26,7 @@ from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import CODE_DIR, hidden_paths
+from rsi_env.sandbox.profile import Profile
 
 __all__ = ["KernelResult", "measure_kernel", "HARNESS_TIMEOUT_S"]
 
@@ -81,6 +82,11 @@ def _failed(reason: str, setup: bool = False) -> KernelResult:
     return KernelResult(False, None, reason, setup_error=setup)
 
 
+def kernel_profile(device: str) -> Profile:
+    """What the harness's sandbox (and the agent's shell) shows: torch and numpy, and the GPU's device files on CUDA."""
+    return Profile(packages=("torch", "numpy"), gpu=device == "cuda")
+
+
 def _harness_digest() -> str:
     h = hashlib.sha256()
     for name, path in sorted(HARNESS_FILES.items()):
@@ -107,7 +113,7 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
     try:
         run = run_fresh(files, "{python} -I harness.py request.json result.json", backend=name,
                         timeout_s=HARNESS_TIMEOUT_S, max_output=8192, read=["result.json"], limits=_LIMITS[scale],
-                        hidden=hidden_paths())
+                        hidden=hidden_paths(), profile=kernel_profile(device))
     except Exception as exc:  # noqa: BLE001  (the sandbox itself failed, e.g. the Docker engine went away)
         return _failed(f"the {name} sandbox failed before the kernel was measured: {type(exc).__name__}: "
                        f"{str(exc)[:300]}", setup=True)
