@@ -18,13 +18,14 @@ from rsi_env.errors import RsiEnvError
 
 __all__ = ["DOCKERFILE", "IMAGE", "build_image", "ensure_image", "find_busybox"]
 
-IMAGE = "rsi-env-sandbox:2"
+IMAGE = "rsi-env-sandbox:3"
 DOCKERFILE = """\
 # rsi-env sandbox: a static busybox and nothing else; the host's Python is bound read-only at run time.
 FROM scratch
 COPY busybox /bin/busybox
 RUN ["/bin/busybox", "--install", "-s", "/bin"]
 RUN ["/bin/mkdir", "-p", "/tmp", "/etc"]
+RUN ["/bin/chmod", "1777", "/tmp"]
 """
 
 

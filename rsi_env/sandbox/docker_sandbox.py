@@ -47,26 +47,25 @@ def docker_client(timeout: float = 10.0) -> Any:
     return client
 
 
-def _volumes(profile: Profile, workspace: str) -> tuple[dict[str, dict[str, str]], dict[str, str], list[str]]:
+def _volumes(profile: Profile, workspace: str) -> tuple[list[str], dict[str, str], list[str]]:
     """The container's binds, tmpfs mounts and devices for ``profile``, and the workspace read-write.
 
     A link of a merged ``/usr`` (``/lib64 -> usr/lib64``) is bound as its target: Docker cannot make links,
     and the image's own ``/bin`` (busybox) stays.
     """
-    volumes: dict[str, dict[str, str]] = {}
+    volumes: list[str] = []  # "source:dest:mode", as one source may be bound at two places (/usr/lib and /lib)
     tmpfs: dict[str, str] = {}
     devices: list[str] = []
     for m in profile.mounts():
         if m.kind == "ro":
-            volumes[m.source] = {"bind": m.dest, "mode": "ro"}
+            volumes.append(f"{m.source}:{m.dest}:ro")
         elif m.kind == "link" and m.dest != "/bin":
-            target = str(Path(m.dest).resolve())
-            volumes[target] = {"bind": m.dest, "mode": "ro"}
+            volumes.append(f"{Path(m.dest).resolve()}:{m.dest}:ro")
         elif m.kind == "empty":
-            tmpfs[m.dest] = "size=64k,mode=755"
+            tmpfs[m.dest] = "mode=755,size=64k"
         elif m.kind == "dev":
             devices.append(f"{m.source}:{m.dest}:rwm")
-    volumes[workspace] = {"bind": workspace, "mode": "rw"}
+    volumes.append(f"{workspace}:{workspace}:rw")
     return volumes, tmpfs, devices
 
 
@@ -85,7 +84,7 @@ class DockerSandbox(Sandbox):
         lim = self.limits
         ws = str(self.workspace)
         volumes, tmpfs, devices = _volumes(self.profile, ws)
-        tmpfs["/tmp"] = f"size={lim.tmp_bytes},mode=1777"
+        tmpfs["/tmp"] = f"size={lim.tmp_bytes}"  # Docker copies the image's /tmp (mode 1777) into it
         for p in self.hidden:
             tmpfs[str(p)] = "size=64k,mode=755"
         self.environ = sandbox_environ(self.workspace)
