@@ -165,9 +165,16 @@ class DockerSandbox(Sandbox):
             time.sleep(0.01)
 
     def _sweep(self) -> None:
-        """Kill every process in the container but its init (``kill -9 -1`` spares PID 1 and itself)."""
-        with contextlib.suppress(Exception):
-            self._container.exec_run(["/bin/kill", "-9", "-1"])
+        """Kill every process in the container but its init (``kill -9 -1`` spares PID 1 and itself).
+
+        Retried: at the PID limit (a fork bomb) the sweep itself may not start until the bomb's own
+        forks fail and some of its processes exit.
+        """
+        for _ in range(40):
+            with contextlib.suppress(Exception):
+                if self._container.exec_run(["/bin/kill", "-9", "-1"]).exit_code == 0:
+                    return
+            time.sleep(0.05)
 
     def close(self) -> None:
         if not self.closed:
