@@ -64,30 +64,36 @@ class Profile:
 
     def mounts(self) -> list[Mount]:
         """Every entry, parents before children, so that a bind inside an emptied folder lands on top of it."""
-        out: list[Mount] = []
-        for link in _MERGED_LINKS:
-            p = Path(link)
-            if p.is_symlink():
-                out.append(Mount("link", link, os.readlink(p)))
-            elif p.is_dir():
-                out.append(Mount("ro", link, link))
-        out += [Mount("ro", d, d) for d in _SYSTEM_DIRS if Path(d).is_dir()]
-        out += [Mount("ro", f, f) for f in _ETC_FILES if os.path.lexists(f)]
-        users = _users_dir()
-        out += [Mount("ro", f"/etc/{name}", str(users / name)) for name in ("passwd", "group")]
-        for prefix in sorted({_real(sys.base_prefix), _real(sys.prefix)}):
-            if not _covered(prefix, _SYSTEM_DIRS):
-                out.append(Mount("ro", prefix, prefix))
-        bound = tuple(m.dest for m in out if m.kind == "ro")
-        out += [Mount("empty", d, "") for d in site_dirs() if _covered(d, bound)]
-        for entry in sorted(distribution_dirs(self.packages)):
-            out.append(Mount("ro", entry, entry))
-        out += [Mount("ro", _real(p), _real(p)) for p in self.paths]
-        if self.gpu:
-            out += [Mount("dev", str(d), str(d)) for d in sorted(Path("/dev").glob("nvidia*")) if _NVIDIA.match(d.name)]
-            if Path("/dev/nvidia-caps").is_dir():
-                out.append(Mount("dev", "/dev/nvidia-caps", "/dev/nvidia-caps"))
-        return out
+        return list(_mounts(self))
+
+
+@cache
+def _mounts(profile: Profile) -> tuple[Mount, ...]:
+    """`Profile.mounts`, once per profile and process (the machine's installed packages do not move under it)."""
+    out: list[Mount] = []
+    for link in _MERGED_LINKS:
+        p = Path(link)
+        if p.is_symlink():
+            out.append(Mount("link", link, os.readlink(p)))
+        elif p.is_dir():
+            out.append(Mount("ro", link, link))
+    out += [Mount("ro", d, d) for d in _SYSTEM_DIRS if Path(d).is_dir()]
+    out += [Mount("ro", f, f) for f in _ETC_FILES if os.path.lexists(f)]
+    users = _users_dir()
+    out += [Mount("ro", f"/etc/{name}", str(users / name)) for name in ("passwd", "group")]
+    for prefix in sorted({_real(sys.base_prefix), _real(sys.prefix)}):
+        if not _covered(prefix, _SYSTEM_DIRS):
+            out.append(Mount("ro", prefix, prefix))
+    bound = tuple(m.dest for m in out if m.kind == "ro")
+    out += [Mount("empty", d, "") for d in site_dirs() if _covered(d, bound)]
+    for entry in sorted(distribution_dirs(profile.packages)):
+        out.append(Mount("ro", entry, entry))
+    out += [Mount("ro", _real(p), _real(p)) for p in profile.paths]
+    if profile.gpu:
+        out += [Mount("dev", str(d), str(d)) for d in sorted(Path("/dev").glob("nvidia*")) if _NVIDIA.match(d.name)]
+        if Path("/dev/nvidia-caps").is_dir():
+            out.append(Mount("dev", "/dev/nvidia-caps", "/dev/nvidia-caps"))
+    return tuple(out)
 
 
 def _real(path: str | Path) -> str:
