@@ -2,7 +2,8 @@
 
 Each command runs under ``bwrap`` in new mount, PID, network, IPC and UTS namespaces. Its root is an
 empty tmpfs holding only what `rsi_env.sandbox.profile.Profile` lists, read-only, plus a private
-``/tmp`` (a tmpfs of `Limits.tmp_bytes`), a minimal ``/dev`` and ``/proc``, and the workspace, the one
+``/tmp`` (a tmpfs of `Limits.tmp_bytes`), a minimal ``/dev`` with a ``/dev/shm`` of the same size (shared
+memory, charged to the memory cgroup), and ``/proc``, and the workspace, the one
 writable bind; ``hidden`` paths are masked on top. The command runs as ``nobody``: when the env runs
 as root, ``bwrap`` builds the root with root's rights (so an interpreter under ``/root`` can be bound)
 and ``setpriv`` drops to uid/gid 65534 with no capabilities and ``no_new_privs`` before the command
@@ -91,8 +92,8 @@ class BubblewrapSandbox(Sandbox):
         """The ``bwrap`` command line that runs ``command``."""
         ws = str(self.workspace)
         bwrap = shutil.which("bwrap") or "bwrap"
-        argv = [bwrap, "--dev", "/dev", "--proc", "/proc", "--size", str(self.limits.tmp_bytes), "--perms", "1777",
-                "--tmpfs", "/tmp"]
+        tmp = ["--size", str(self.limits.tmp_bytes), "--perms", "1777", "--tmpfs"]
+        argv = [bwrap, "--dev", "/dev", *tmp, "/dev/shm", "--proc", "/proc", *tmp, "/tmp"]
         argv += _mount_args([*self.profile.mounts(), Mount("rw", ws, ws)])
         for p in self.hidden:
             argv += ["--tmpfs", str(p)] if p.is_dir() else ["--ro-bind", "/dev/null", str(p)]

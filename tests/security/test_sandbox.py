@@ -159,3 +159,10 @@ def test_no_process_or_root_of_the_host_is_visible(sandbox: Sandbox):
     if sandbox.backend == "docker":
         allowed.add("sys")  # Docker's own read-only /sys, its firmware and kernel parts masked by the runtime
     assert set(root) <= allowed, root
+
+
+def test_shared_memory_works_for_the_sandboxs_own_processes(sandbox: Sandbox):
+    code = ("from multiprocessing import shared_memory as s; m = s.SharedMemory(create=True, size=1 << 20); "
+            "print('shm', m.size >= 1 << 20); m.close(); m.unlink()")
+    (sandbox.workspace / "shm.py").write_text(code)
+    assert "shm True" in sandbox.run("python3 shm.py", timeout_s=20).output
