@@ -9,7 +9,10 @@
     ├── WorkloadError                a workload file that is malformed (names the field and the fix)
     ├── CatalogError                 an id that is not in a catalog (lists the ids that are)
     ├── CalibrationError             calibration data that is missing or does not fit
-    └── StoreError                   an experience store that cannot be opened, read or written (names the file)
+    ├── StoreError                   an experience store that cannot be opened, read or written (names the file)
+    ├── ActionError                  an action outside the env's action space (names the field and what is allowed)
+    ├── UnsafeFileError              a file the env will not read: a link, not a regular file, larger than its cap
+    └── YamlError                    YAML the env will not load: invalid, anchors or aliases, too deep, too large
 
 A measurement that fails the way an engine fails (out of memory, a refused config) is *not* an
 exception: it is returned as ``Telemetry.error`` so that an episode survives it.
@@ -18,6 +21,7 @@ exception: it is returned as ``Telemetry.error`` so that an episode survives it.
 from __future__ import annotations
 
 __all__ = [
+    "ActionError",
     "CalibrationError",
     "CatalogError",
     "HardwareSpecError",
@@ -25,7 +29,9 @@ __all__ = [
     "ModelSpecError",
     "RsiEnvError",
     "StoreError",
+    "UnsafeFileError",
     "WorkloadError",
+    "YamlError",
 ]
 
 
@@ -75,3 +81,18 @@ class CalibrationError(RsiEnvError, ValueError):
 
 class StoreError(RsiEnvError):
     """An experience store that cannot be opened, migrated, read or written (names the file and the fix)."""
+
+
+class ActionError(RsiEnvError, ValueError):
+    """An action outside the env's action space; the env refuses it (the step counts, pays 0) and never coerces it."""
+
+
+class UnsafeFileError(RsiEnvError):
+    """A file the env will not read or write through: a link, a FIFO, a directory, a socket, a device, too large, missing.
+
+    The agent can put any of these where the env expects its own files; the message says what was found.
+    """
+
+
+class YamlError(RsiEnvError, ValueError):
+    """YAML the env will not load: invalid, or using anchors or aliases, nested too deep, or too large."""

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rsi_env.errors import WorkloadError
+from rsi_env.engine.safe_io import load_yaml_file, shorten
+from rsi_env.errors import UnsafeFileError, WorkloadError, YamlError
 
 __all__ = ["SLO", "Trace", "Workload", "LengthDist", "Arrival", "list_workloads", "load_workload"]
 
@@ -237,14 +238,18 @@ class Workload:
         )
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> Workload:
-        p = Path(path)
+    def from_yaml(cls, path: str | Path, *, root: Path | None = None) -> Workload:
+        """A workload file: the caller's own (``root=None``) or the agent's ``path`` under ``root``, no link followed.
+
+        Either way only a regular file within `MAX_YAML_BYTES` is read, without blocking, and YAML
+        anchors and aliases are refused (`rsi_env.engine.safe_io`).
+        """
         try:
-            raw = yaml.safe_load(p.read_text())
-        except FileNotFoundError:
-            raise WorkloadError(f"workload file not found: {p}") from None
-        except yaml.YAMLError as exc:
-            raise WorkloadError(f"workload file {p} is not valid YAML: {exc}") from None
+            raw = load_yaml_file(path, root=root)
+        except UnsafeFileError as exc:
+            raise WorkloadError(f"workload file {shorten(str(path))} cannot be read: {exc}") from None
+        except YamlError as exc:
+            raise WorkloadError(f"workload file {shorten(str(path))} is not valid YAML: {exc}") from None
         return cls.from_dict(raw)
 
     def to_dict(self) -> dict[str, Any]:

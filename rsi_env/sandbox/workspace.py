@@ -4,16 +4,26 @@ Every path is resolved (``..`` and symlinks included) and must land inside the w
 the task's list of editable files; files are text, size-capped; an edit replaces ``old`` by ``new``
 only where ``old`` occurs exactly once (``old == ""`` writes the whole file). Each refusal is an
 `EditError` whose message says why, for the observation's text.
+
+The agent's shell can replace any file or folder here, so every read and write goes through
+`rsi_env.engine.safe_io`: no link is followed in any component, a FIFO or device never blocks,
+only regular files within the cap are read, and the env's own writes replace whatever the agent
+left at the name. The folder is removed by `close`, or when the workspace is garbage-collected.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import stat
 import tempfile
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
-from rsi_env.errors import RsiEnvError
+from rsi_env.engine.safe_io import read_text, shorten, write_text
+from rsi_env.errors import RsiEnvError, UnsafeFileError
 
 __all__ = ["EditError", "Workspace", "MAX_FILE_BYTES"]
 
@@ -21,7 +31,26 @@ MAX_FILE_BYTES = 256 * 1024
 
 
 class EditError(RsiEnvError):
-    """An edit the workspace refuses (outside, not editable, not text, too large, ambiguous)."""
+    """An edit the workspace refuses (outside, not editable, not text, too large, ambiguous, not a regular file)."""
+
+
+def _writable(func: object, path: str, exc_info: object) -> None:
+    """`shutil.rmtree`'s error hook: a folder the agent made unreadable is opened up, without following links."""
+    parent = os.path.dirname(path)
+    with contextlib.suppress(OSError):
+        for p in (parent, path):
+            if stat.S_ISDIR(os.lstat(p).st_mode):
+                os.chmod(p, 0o700)
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+
+
+def remove_tree(root: Path) -> None:
+    """Remove ``root`` and all in it; links inside are removed, never followed."""
+    shutil.rmtree(root, onerror=_writable)
 
 
 class Workspace:
@@ -30,9 +59,10 @@ class Workspace:
     def __init__(self, editable: Iterable[str], prefix: str = "rsi-ws-") -> None:
         self.root = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
         self.editable = frozenset(editable)
+        self._remove = weakref.finalize(self, remove_tree, self.root)  # also when dropped without close()
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self._remove()
 
     def __enter__(self) -> Workspace:
         return self
@@ -48,48 +78,69 @@ class Workspace:
         if "\x00" in path:
             raise EditError("edit refused: the path contains a NUL byte")
         raw = Path(path)
-        target = (raw if raw.is_absolute() else self.root / raw).resolve()
+        try:
+            target = (raw if raw.is_absolute() else self.root / raw).resolve()
+        except (RuntimeError, OSError) as exc:  # a link loop the agent made, a name too long
+            raise EditError(f"edit refused: {shorten(path)!r} cannot be resolved ({exc})") from None
         if target != self.root and self.root not in target.parents:
-            raise EditError(f"edit refused: {path!r} resolves to {target}, outside the workspace")
+            raise EditError(f"edit refused: {shorten(path)!r} resolves to {shorten(str(target))}, outside the workspace")
         rel = target.relative_to(self.root).as_posix()
         if for_edit and rel not in self.editable:
-            raise EditError(f"edit refused: {rel!r} is not editable in this task; editable: {sorted(self.editable)}")
+            raise EditError(f"edit refused: {shorten(rel)!r} is not editable in this task; "
+                            f"editable: {sorted(self.editable)}")
         return target
+
+    def _relative(self, path: str, *, for_edit: bool) -> str:
+        """``path`` relative to the workspace, checked by `resolve`, and reached through no link."""
+        target = self.resolve(path, for_edit=for_edit)
+        raw = Path(path)
+        lexical = Path(os.path.normpath(raw if raw.is_absolute() else self.root / raw))
+        rel = target.relative_to(self.root).as_posix()
+        if lexical != target:
+            raise EditError(f"edit refused: {shorten(path)!r} goes through a symbolic link (to {shorten(rel)!r})")
+        return rel
 
     # ---- files -------------------------------------------------------------------------------------
     def write(self, rel: str, text: str) -> None:
-        """Write a file as the environment (not the agent): no editable check."""
-        p = self.resolve(rel, for_edit=False)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
+        """Write a file as the environment (not the agent): no editable check; whatever is at the name is replaced."""
+        try:
+            write_text(self.root, os.path.normpath(rel), text)
+        except UnsafeFileError as exc:
+            raise EditError(f"cannot write {shorten(rel)!r}: {exc}") from None
 
     def read(self, rel: str) -> str:
-        p = self.resolve(rel, for_edit=False)
-        if p.is_symlink() or not p.is_file():
-            raise EditError(f"{rel!r} is not a regular file in the workspace")
-        return p.read_text(errors="replace")
+        """The text of a regular file of the workspace (at most `MAX_FILE_BYTES`), no link followed."""
+        try:
+            return read_text(os.path.normpath(rel), MAX_FILE_BYTES, root=self.root)
+        except UnsafeFileError as exc:
+            raise EditError(f"{shorten(rel)!r} cannot be read: {exc}") from None
 
     def edit(self, path: str, old: str, new: str) -> str:
         """Apply an agent's edit; returns the workspace-relative path it changed."""
-        target = self.resolve(path)
+        if not isinstance(path, str):
+            raise EditError("edit refused: the path must be text")
+        rel = self._relative(path, for_edit=True)
         if not isinstance(old, str) or not isinstance(new, str):
             raise EditError("edit refused: old and new must be text")
         if "\x00" in new:
             raise EditError("edit refused: the new text contains a NUL byte (text files only)")
-        if target.is_symlink():
-            raise EditError(f"edit refused: {path!r} is a symbolic link")
         if old == "":
             text = new
         else:
-            if not target.is_file():
-                raise EditError(f"edit refused: {path!r} does not exist; use old='' to write a new file")
-            current = target.read_text(errors="replace")
+            try:
+                current = read_text(rel, MAX_FILE_BYTES, root=self.root)
+            except UnsafeFileError as exc:
+                raise EditError(f"edit refused: {exc}; use old='' to write a new file") from None
             count = current.count(old)
             if count != 1:
-                raise EditError(f"edit refused: the old text occurs {count} times in {path!r}; it must occur exactly once")
+                raise EditError(f"edit refused: the old text occurs {count} times in {shorten(path)!r}; "
+                                "it must occur exactly once")
             text = current.replace(old, new, 1)
         if len(text.encode()) > MAX_FILE_BYTES:
-            raise EditError(f"edit refused: {path!r} would be {len(text.encode())} bytes; the cap is {MAX_FILE_BYTES}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        return target.relative_to(self.root).as_posix()
+            raise EditError(f"edit refused: {shorten(path)!r} would be {len(text.encode())} bytes; "
+                            f"the cap is {MAX_FILE_BYTES}")
+        try:
+            write_text(self.root, rel, text)
+        except UnsafeFileError as exc:
+            raise EditError(f"edit refused: {exc}") from None
+        return rel
