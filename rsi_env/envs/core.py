@@ -3,6 +3,8 @@
 The env is a front end: it keeps the episode's workspace and configuration, turns the action dict
 of DESIGN.md into flag changes, edits, shell commands, measurements and a submission, and asks a
 tier to measure. Bad actions never end an episode: they come back as text in the observation.
+Nothing the agent leaves in the workspace is trusted: files are read and written through
+`rsi_env.engine.safe_io` (no link followed, nothing that blocks, bounded sizes, YAML without aliases).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 import string
 import uuid
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, SupportsFloat
@@ -22,12 +25,14 @@ from gymnasium import spaces
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
+from rsi_env.engine.safe_io import ECHO_MAX, load_yaml, shorten
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Arrival, Workload, load_workload
+from rsi_env.envs.actions import KIND_NAMES, check_action
 from rsi_env.envs.measure import get_tier
 from rsi_env.envs.promotion import Promoter
 from rsi_env.envs.task import Task, load_task
-from rsi_env.errors import InvalidConfigError, RsiEnvError, WorkloadError
+from rsi_env.errors import ActionError, InvalidConfigError, RsiEnvError, WorkloadError, YamlError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict
 from rsi_env.sandbox import EditError, ShellResult, Workspace, run_shell
@@ -37,7 +42,6 @@ from rsi_env.store.record import record_episode, recording
 
 __all__ = ["RsiEnv", "KIND_NAMES", "OBS_FIELDS"]
 
-KIND_NAMES = ("flag", "edit", "shell", "bench", "submit")
 FLAG, EDIT, SHELL, BENCH, SUBMIT = range(5)
 OBS_FIELDS = ("out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
               "num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak", "mean_batch_size",
@@ -48,6 +52,26 @@ TEXT_MAX = 2048
 CHARSET = string.printable
 _TEXT_FIELD_MAX = 8192
 _OBS_HIGH = 1e3
+
+
+class _Held:
+    """What an episode holds outside the process: its workspace folder and its sandbox.
+
+    The env keeps them here, and a finalizer closes this when the env is garbage-collected without
+    `RsiEnv.close`; it holds no reference back to the env, so that the env can be collected.
+    """
+
+    def __init__(self) -> None:
+        self.workspace: Workspace | None = None
+        self.sandbox: EpisodeSandbox | None = None
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+        if self.workspace is not None:
+            self.workspace.close()
+            self.workspace = None
 
 
 def _clean(text: str) -> str:
@@ -90,7 +114,10 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     ``env.unwrapped.flag_names``), ``value`` in [0, 1] (the nearest value on the flag's ladder),
     ``path``/``old``/``new`` (edit an editable file, ``serving.yaml`` at least; ``old == ""`` writes it
     whole) and ``command`` (run in the workspace's sandbox, with a timeout and capped output).
-    ``flag_action(name, value)`` builds a flag action.
+    ``flag_action(name, value)`` builds a flag action. An action outside this space is refused, never
+    coerced: the observation's text names the field, the step counts and pays 0 (`rsi_env.envs.actions`
+    has the rules, e.g. ``kind`` 4.0 is refused, ``np.int64(4)`` taken). Once an episode has ended
+    (``terminated`` or ``truncated``), ``step`` raises `RsiEnvError` and pays nothing until ``reset``.
 
     ## Observation Space
 
@@ -121,12 +148,14 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                  shell_timeout_s: float = 10.0, promote_on_submit: bool = False,
                  warm_start: bool | dict[str, Any] = False, sandbox: str = "auto",
                  render_mode: str | None = None) -> None:
+        self._held = _Held()
+        weakref.finalize(self, self._held.close)  # an env dropped without close() leaves no workspace behind
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
         if self.sandboxed:
             self.sandbox_backend = resolve_backend(sandbox)
         elif sandbox != "auto":
             raise RsiEnvError(f"{self.task.id} runs shell commands under bubblewrap: sandbox= is for code tasks")
-        self.episode_sandbox: EpisodeSandbox | None = None
+        self.episode_sandbox = None
         self._in_reset = False  # True while reset() measures the baseline (a code task's starting code, then)
         if allow_fp8 is not None:
             self.task = replace(self.task, allow_fp8=bool(allow_fp8))
@@ -179,8 +208,26 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "flag_mask": spaces.MultiBinary(n),
             "text": spaces.Text(TEXT_MAX, min_length=0, charset=CHARSET),
         })
-        self.workspace: Workspace | None = None
+        self.workspace = None
         self._reset_state()
+
+    @property
+    def workspace(self) -> Workspace | None:
+        """The episode's workspace (None before the first reset and after close)."""
+        return self._held.workspace
+
+    @workspace.setter
+    def workspace(self, ws: Workspace | None) -> None:
+        self._held.workspace = ws
+
+    @property
+    def episode_sandbox(self) -> EpisodeSandbox | None:
+        """A code task's sandbox over the workspace, for this episode (None on flag tasks)."""
+        return self._held.sandbox
+
+    @episode_sandbox.setter
+    def episode_sandbox(self, sb: EpisodeSandbox | None) -> None:
+        self._held.sandbox = sb
 
     # ---- setup ------------------------------------------------------------------------------------
     def _task_workload(self, name: str) -> Workload:
@@ -207,7 +254,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.actions: list[dict[str, Any]] = []
         self.reward_log: list[float] = []
         self.episode_seed: int | None = None
-        self.done = False
+        self.done = False  # submitted
+        self.truncated = False  # max_steps reached
         self.verdict: Verdict | None = None
         self.promotion: dict[str, Any] | None = None
         self.episode_id = uuid.uuid4().hex  # the store's key of this episode (not drawn from np_random)
@@ -276,14 +324,32 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self._obs(), info
 
     def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+        """One action; refused (as text, paying 0) if outside ``action_space``; a finished episode raises."""
         if self.workspace is None:
             raise RsiEnvError("call reset() before step()")
         if self.done:
             raise RsiEnvError("the episode has ended (submitted); call reset()")
+        if self.truncated:
+            raise RsiEnvError(f"the episode has ended (truncated: max_steps={self.max_steps} reached); call reset()")
         self.steps += 1
-        act = self._normalise(action)
-        self.actions.append(act)
         self._recorded = False
+        try:
+            act = self._normalise(action)
+        except ActionError as exc:
+            act = {"refused": str(exc)}  # what a replay gets: refused again, for the same reward (0)
+            self.text = _clean(f"error: action refused: {exc}")
+        self.actions.append(act)
+        events = [] if "refused" in act else self._act(act)
+        reward = sum(r.update(e) for e in events for r in self.rewards)
+        self.reward_log.append(float(reward))
+        terminated = self.done
+        self.truncated = truncated = not terminated and self.steps >= self.max_steps
+        if terminated or truncated:
+            self._record_episode()
+        return self._obs(), float(reward), terminated, truncated, self._info()
+
+    def _act(self, act: dict[str, Any]) -> list[object]:
+        """Carry out a checked action; its events for the rewards. A bad action is reported as text, never raised."""
         events: list[object] = []
         kind = act["kind"]
         try:
@@ -300,13 +366,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                     events += self._do_submit()
         except (RsiEnvError, ValueError) as exc:  # a bad action is reported, never fatal
             self.text = _clean(f"error: {exc}")
-        reward = sum(r.update(e) for e in events for r in self.rewards)
-        self.reward_log.append(float(reward))
-        terminated = self.done
-        truncated = not terminated and self.steps >= self.max_steps
-        if terminated or truncated:
-            self._record_episode()
-        return self._obs(), float(reward), terminated, truncated, self._info()
+        return events
 
     def render(self) -> str | None:  # type: ignore[override]  # ansi mode renders text
         if self.render_mode == "ansi":
@@ -326,34 +386,20 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return run_shell(command, self.workspace.root, timeout_s=self.shell_timeout_s)
 
     def _normalise(self, action: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(action, dict):
-            raise RsiEnvError(f"an action is a dict with keys {list(self.action_space.spaces)}, got {type(action)}")
-        try:
-            kind = int(action.get("kind", BENCH))
-        except (TypeError, ValueError):
-            kind = -1
-        flag = action.get("flag", 0)
-        try:
-            flag = int(flag)
-        except (TypeError, ValueError):
-            flag = -1
-        try:
-            value = float(np.asarray(action.get("value", 0.0)).reshape(()))
-        except (TypeError, ValueError):
-            value = math.nan
-        return {"kind": kind, "flag": flag, "value": value, "path": str(action.get("path", "") or ""),
-                "old": str(action.get("old", "") or ""), "new": str(action.get("new", "") or ""),
-                "command": str(action.get("command", "") or "")}
+        """The action as plain values, every field given (`rsi_env.envs.actions`); `ActionError` naming a bad field."""
+        assert isinstance(self.action_space, spaces.Dict)
+        return check_action(action, self.action_space)
 
     def flag_action(self, name: str, value: Any) -> dict[str, Any]:
         """The action that sets ``name`` to ``value`` (nearest value on the flag's ladder)."""
         if name not in self.flag_names:
-            raise RsiEnvError(f"flag {name!r} is not tunable in {self.task.id}; tunable: {list(self.flag_names)}")
+            raise RsiEnvError(f"flag {shorten(name)!r} is not tunable in {self.task.id}; "
+                              f"tunable: {list(self.flag_names)}")
         ladder = self.task.ladder(name)
         norm = tuple(tuple(v) if isinstance(v, list) else v for v in ladder)
         target = tuple(value) if isinstance(value, list) else value
         if target not in norm:
-            raise RsiEnvError(f"{name}={value!r} is not on this task's ladder {list(ladder)}")
+            raise RsiEnvError(f"{name}={shorten(value)} is not on this task's ladder {list(ladder)}")
         idx = norm.index(target)
         pos = idx / (len(ladder) - 1) if len(ladder) > 1 else 0.0
         return {"kind": FLAG, "flag": self.flag_names.index(name), "value": np.float32(pos)}
@@ -362,10 +408,6 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self.flag_names:
             raise RsiEnvError(f"{self.task.id} has no engine flags: edit {', '.join(self.task.editable_files)} "
                               "(kind 1) instead")
-        if act["kind"] != FLAG or not 0 <= act["flag"] < len(self.flag_names):
-            raise RsiEnvError(f"flag index {act['flag']} out of range 0..{len(self.flag_names) - 1}")
-        if not math.isfinite(act["value"]):
-            raise RsiEnvError("flag value must be a finite number in [0, 1]")
         name = self.flag_names[act["flag"]]
         ladder = self.task.ladder(name)
         v = min(max(act["value"], 0.0), 1.0)
@@ -421,17 +463,19 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self.text = _clean(f"edited {rel}")
             return []
         try:
-            raw = yaml.safe_load(self.workspace.read("serving.yaml")) or {}
+            raw = load_yaml(self.workspace.read("serving.yaml")) or {}
             if not isinstance(raw, dict):
                 raise RsiEnvError("serving.yaml must be a mapping of flag: value")
-            foreign = sorted(set(raw) - set(self.flag_names))
+            foreign = [k for k in raw if k not in self.flag_names]
             if foreign:
-                raise RsiEnvError(f"flags {foreign} are not tunable in {self.task.id}; tunable: {list(self.flag_names)}")
+                raise RsiEnvError(f"flags {shorten(foreign)} are not tunable in {self.task.id}; "
+                                  f"tunable: {list(self.flag_names)}")
             cfg = EngineConfig.from_dict({**self.baseline_config.to_dict(), **raw})
-            return self._set_config(cfg, f"serving.yaml applied: {raw}")
-        except (yaml.YAMLError, RsiEnvError, ValueError) as exc:
+            return self._set_config(cfg, f"serving.yaml applied: {shorten(raw, TEXT_MAX)}")
+        except (YamlError, RsiEnvError, ValueError, TypeError) as exc:  # TypeError: a value of no flag's type
             self._write_serving()  # the file goes back to the configuration in force
-            self.text = _clean(f"serving.yaml refused ({exc}); restored the configuration in force")
+            self.text = _clean(f"serving.yaml refused ({shorten(str(exc), 5 * ECHO_MAX)}); "
+                               "restored the configuration in force")
             return []
 
     def _take_measurement(self) -> bool:
@@ -470,12 +514,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self.last_score = score(self.last_tels, self.base_tels, self.task)
                 gpu_s = sum(t.duration_s * self._gpus(self.config) for t in self.last_tels if t.ok)
                 events.append(MeasureEvent(-math.inf, gpu_s))
-        seen: list[Workload | None] = []
-        for w in self.workloads:
-            try:
-                seen.append(Workload.from_yaml(self.workspace.root / "workloads" / f"{w.name}.yaml"))
-            except (WorkloadError, OSError):
-                seen.append(None)
+        seen = [self._seen_workload(w) for w in self.workloads]
         s = self.last_score if self.last_score is not None else -math.inf
         self.verdict = check_submission(self.task, self.config, self.baseline_config, self.last_tels,
                                         self.workloads, seen, s)
@@ -484,6 +523,14 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self.promoter is not None:
             self.verdict = self._promote(seen, self.verdict)
         return events + [SubmitEvent(self.verdict)]
+
+    def _seen_workload(self, w: Workload) -> Workload | None:
+        """The workspace's copy of ``w`` as the agent left it (None if it cannot be read as a workload)."""
+        assert self.workspace is not None
+        try:
+            return Workload.from_yaml(f"workloads/{w.name}.yaml", root=self.workspace.root)
+        except (WorkloadError, ValueError, TypeError, KeyError, AttributeError):  # any malformed content: tampered
+            return None
 
     def _promote(self, seen: list[Workload | None], sim_verdict: Verdict) -> Verdict:
         """Measure the submitted configuration and the defaults on real; the verdict there (see promotion.py)."""

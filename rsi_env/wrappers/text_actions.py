@@ -14,11 +14,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import yaml
 from gymnasium import spaces
 
+from rsi_env.engine.safe_io import load_yaml, shorten
+from rsi_env.envs.actions import check_action
 from rsi_env.envs.core import BENCH, CHARSET, EDIT, KIND_NAMES, SHELL, SUBMIT
-from rsi_env.errors import RsiEnvError
+from rsi_env.errors import ActionError, RsiEnvError, YamlError
 from rsi_env.wrappers.masked import MaskedActions, StepResult
 
 __all__ = ["TEXT_SYNTAX", "TextActionError", "TextActions", "parse_text_action"]
@@ -51,23 +52,36 @@ def _parse_edit(head: str, body: list[str]) -> dict[str, Any]:
         raise TextActionError(f"edit: cannot read the path ({exc})") from None
     if len(parts) != 1:
         raise TextActionError("edit takes one PATH on its first line, then a SEARCH/REPLACE block")
+    path = shorten(parts[0])
     lines = [ln.rstrip("\r") for ln in body]
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines or lines[0].strip() != _SEARCH:
-        raise TextActionError(f"edit {parts[0]}: the line after it must be {_SEARCH!r}")
+        raise TextActionError(f"edit {path}: the line after it must be {_SEARCH!r}")
     if lines[-1].strip() != _REPLACE:
-        raise TextActionError(f"edit {parts[0]}: the block must end with {_REPLACE!r}")
+        raise TextActionError(f"edit {path}: the block must end with {_REPLACE!r}")
     dividers = [i for i, ln in enumerate(lines) if ln.strip() == _DIVIDER]
     if len(dividers) != 1:
-        raise TextActionError(f"edit {parts[0]}: the block needs exactly one {_DIVIDER!r} line, found {len(dividers)}")
+        raise TextActionError(f"edit {path}: the block needs exactly one {_DIVIDER!r} line, found {len(dividers)}")
     old = "\n".join(lines[1:dividers[0]])
     new = "\n".join(lines[dividers[0] + 1:-1])
     return {"kind": EDIT, "path": parts[0], "old": old, "new": new + "\n" if old == "" else new}
 
 
 def parse_text_action(text: str, env: Any) -> dict[str, Any]:
-    """The env action ``text`` stands for (``env`` builds flag actions), or `TextActionError` saying why not."""
+    """The env action ``text`` stands for (``env`` builds flag actions), or `TextActionError` saying why not.
+
+    What it returns is inside ``env.action_space`` (checked by `rsi_env.envs.actions.check_action`).
+    """
+    action = _parse(text, env)
+    try:
+        check_action(action, env.action_space)
+    except ActionError as exc:
+        raise TextActionError(str(exc)) from None
+    return action
+
+
+def _parse(text: str, env: Any) -> dict[str, Any]:
     if not isinstance(text, str):
         raise TextActionError(f"an action is a string, got {type(text).__name__}")
     lines = text.strip().splitlines()
@@ -89,10 +103,13 @@ def parse_text_action(text: str, env: Any) -> dict[str, Any]:
         if not name or not raw.strip() or len(lines) > 1:
             raise TextActionError("set takes a FLAG and a VALUE on one line, e.g. set max_num_seqs 512")
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise TextActionError(f"set {name}: cannot read the value {raw.strip()!r}") from None
-        result: dict[str, Any] = env.flag_action(name, value)
+            value = load_yaml(raw)
+        except YamlError as exc:
+            raise TextActionError(f"set {shorten(name)}: cannot read the value {shorten(raw.strip())!r} ({exc})") from None
+        try:
+            result: dict[str, Any] = env.flag_action(name, value)
+        except RsiEnvError as exc:
+            raise TextActionError(str(exc)) from None
         return result
     if verb == "edit":
         return _parse_edit(rest, lines[1:])
