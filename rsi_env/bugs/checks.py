@@ -15,6 +15,14 @@ saying so; it has to behave like the clean engine. The hidden checks
   block is free or evictable;
 - ``no request lost``: every request finishes with all of its output tokens;
 - ``scheduler matches vLLM``: every request's first-token and finish times equal the clean engine's.
+
+Everything the harness reports was written by a process that ran the agent's code, which can rewrite any
+of it. So every check, and every number the reward reads, is tied to the clean engine's own run here:
+a final pool counts as clean only if it shows no leak and, where the requests were served exactly as
+the clean engine serves them, it is the clean engine's final pool; a bench's telemetry is the clean
+engine's where the workload was served exactly so (`BenchResult.trusted`), and is otherwise the
+report, its output rate held below the throughput floor. Forging a pass thus needs the clean
+behaviour itself. The sandboxes show the package only as `rsi_env.bugs.templates.engine_runtime`.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import json
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -36,17 +44,19 @@ import rsi_env.engine.config
 import rsi_env.sim.engine
 import rsi_env.sim.kv_cache
 from rsi_env.bugs import harness
-from rsi_env.bugs.templates import ENGINE_FILES, PKG_ROOT
+from rsi_env.bugs.templates import ENGINE_FILES, engine_runtime
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
-from rsi_env.sandbox.hidden import CODE_DIR, CheckResult, hidden_paths
+from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
+from rsi_env.sandbox.profile import Profile
 from rsi_env.sim.kv_cache import BlockPool
 
-__all__ = ["CHECK_NAMES", "CHECKS_FILE", "BenchResult", "CheckResult", "WorkspaceRun", "bench", "check_workspace",
-           "hidden_job", "pool_ops", "reference", "run_workspace"]
+__all__ = ["CHECK_NAMES", "CHECKS_FILE", "THROUGHPUT_FLOOR", "UNVERIFIED_RATE", "BenchResult", "CheckResult",
+           "WorkspaceRun", "bench", "check_workspace", "harness_profile", "hidden_job", "pool_ops", "reference",
+           "run_workspace", "workspace_profile"]
 
 CHECKS_FILE = CODE_DIR / "bugfix" / "hidden" / "checks.yaml"
 HARNESS = Path(harness.__file__)
@@ -55,6 +65,20 @@ _LIMITS = Limits(cpu_s=60, memory_bytes=4 << 30, max_procs=64)
 CHECK_NAMES = ("workspace runs", "block pool", "config resolution", "no KV block leaked", "no request lost",
                "scheduler matches vLLM")
 _VERDICTS: OrderedDict[str, tuple[CheckResult, ...]] = OrderedDict()
+THROUGHPUT_FLOOR = 0.98  # output tok/s a fix keeps, per workload, relative to the clean engine on the same config
+# A workload not served exactly as the clean engine serves it counts at most this share of the clean
+# engine's output rate: its rate is the engine's own report, so it must stay below the floor.
+UNVERIFIED_RATE = 0.97
+
+
+def harness_profile() -> Profile:
+    """What the harness's sandbox shows: numpy, PyYAML and the engine runtime (the harness imports nothing else)."""
+    return Profile(packages=("numpy", "PyYAML"), paths=(str(engine_runtime()),))
+
+
+def workspace_profile() -> Profile:
+    """What a sandbox over the workspace shows (the agent's shell, the visible tests): the harness's and pytest."""
+    return Profile(packages=("numpy", "PyYAML", "pytest"), paths=(str(engine_runtime()),))
 
 
 @dataclass(frozen=True)
@@ -112,7 +136,8 @@ def hidden_job(model: str, hardware: str) -> dict[str, Any]:
     runs = [{"name": r["name"], "config": r["config"], "model": model, "hardware": hardware, "engine_version": ver,
              "workload": Workload.from_dict(r["workload"]).to_dict()} for r in s["runs"]]
     resolve = [{"engine_version": ver, **c} for c in s["resolve"]]
-    return {"pkg_root": PKG_ROOT, "pool_ops": pool_ops(**s["pool_ops"]), "resolve": resolve, "runs": runs}
+    return {"pkg_root": str(engine_runtime()), "pool_ops": pool_ops(**s["pool_ops"]), "resolve": resolve,
+            "runs": runs}
 
 
 def _plain(x: Any) -> Any:
@@ -142,7 +167,7 @@ def run_workspace(files: Mapping[str, str], job: Mapping[str, Any], backend: str
         return WorkspaceRun({}, f"{missing} missing from the workspace (write them again with an edit, old='')")
     sent = {f: files[f] for f in ENGINE_FILES} | {"harness.py": HARNESS.read_text(), "job.json": json.dumps(job)}
     run = run_fresh(sent, "{python} -I harness.py job.json out.json", backend=backend, timeout_s=timeout_s,
-                    max_output=4096, read=["out.json"], limits=_LIMITS, hidden=hidden_paths())
+                    max_output=4096, read=["out.json"], limits=_LIMITS, profile=harness_profile())
     res, raw = run.result, run.outputs.get("out.json")
     if res.timed_out:
         return WorkspaceRun({}, f"the engine did not finish within {timeout_s:.0f} s (an endless loop?)", True)
@@ -173,6 +198,11 @@ def _same_times(a: Any, b: Any) -> bool:
         elif not math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9):
             return False
     return True
+
+
+def _served_as_clean(got: Mapping[str, Any], clean: Mapping[str, Any]) -> bool:
+    """Whether a run's every request got its first token and finished exactly when the clean engine's did."""
+    return _same_times(got.get("first"), clean.get("first")) and _same_times(got.get("finish"), clean.get("finish"))
 
 
 def _leak(pool: Any) -> str | None:
@@ -216,12 +246,15 @@ def _judge(got: WorkspaceRun, ref: dict[str, Any], job: Mapping[str, Any]) -> tu
             lost.append(f"{name}: the engine failed")
             differ.append(name)
             continue
+        served_clean = _served_as_clean(o, b)
         if (why := _leak(o.get("pool"))) is not None:
             leaks.append(f"{name}: {why}")
+        elif served_clean and o.get("pool") != b.get("pool"):
+            leaks.append(f"{name}: the pool ends unlike the clean engine's after serving the same requests the same way")
         n_lost = o.get("unfinished")
         if not isinstance(n_lost, int) or n_lost:
             lost.append(f"{name}: {n_lost} requests never finished")
-        if not (_same_times(o["first"], b["first"]) and _same_times(o.get("finish"), b["finish"])):
+        if not served_clean:
             differ.append(name)
     res.append(CheckResult("no KV block leaked", not leaks, "; ".join(leaks)))
     res.append(CheckResult("no request lost", not lost, "; ".join(lost)))
@@ -231,24 +264,51 @@ def _judge(got: WorkspaceRun, ref: dict[str, Any], job: Mapping[str, Any]) -> tu
 
 
 def check_workspace(files: Mapping[str, str], backend: str, model: str = "qwen2.5-7b",
-                    hardware: str = "l4") -> list[CheckResult]:
-    """The hidden checks on a workspace; the verdict on exact file texts is remembered for the process."""
+                    hardware: str = "l4", fresh: bool = False) -> list[CheckResult]:
+    """The hidden checks on a workspace; the verdict on exact file texts is remembered for the process.
+
+    ``fresh`` runs them anew whatever was remembered (a submission is judged from a clean start: the
+    agent's code may not behave the same twice).
+    """
     job = hidden_job(model, hardware)
     key = hashlib.sha256(json.dumps([{f: files.get(f) for f in ENGINE_FILES}, backend, job],
                                     sort_keys=True).encode()).hexdigest()
-    if key not in _VERDICTS:
-        _VERDICTS[key] = _judge(run_workspace(files, job, backend), reference(job), job)
+    if not fresh and key in _VERDICTS:
+        return list(_VERDICTS[key])
+    got = run_workspace(files, job, backend)
+    verdict = _judge(got, reference(job), job)
+    if not got.timed_out:  # a timeout says as much about the machine's load as about the text: not remembered
+        _VERDICTS[key] = verdict
         if len(_VERDICTS) > 256:
             _VERDICTS.popitem(last=False)
-    return list(_VERDICTS[key])
+    return list(verdict)
 
 
 @dataclass(frozen=True)
 class BenchResult:
-    """A bench of the workspace: telemetry per workload and the symptoms an engineer would see."""
+    """A bench of the workspace: telemetry per workload and the symptoms an engineer would see.
+
+    ``telemetry`` is what the harness reported (validated, not believed); ``clean`` the clean engine's on
+    the same job, run here; ``verified`` whether each workload's requests were served exactly as the
+    clean engine serves them.
+    """
 
     telemetry: list[Telemetry]
     symptoms: list[str]
+    clean: list[Telemetry] = field(default_factory=list)
+    verified: list[bool] = field(default_factory=list)
+
+    def trusted(self) -> list[Telemetry]:
+        """Per workload, what the reward may read: the clean engine's telemetry where verified, else the report
+        with its output rate at most `UNVERIFIED_RATE` of the clean engine's (a report's rate is the agent's word)."""
+        out = []
+        for t, c, ok in zip(self.telemetry, self.clean, self.verified, strict=True):
+            if ok:
+                t = c
+            elif t.ok and c.ok:
+                t = replace(t, out_tok_per_s=min(t.out_tok_per_s, UNVERIFIED_RATE * c.out_tok_per_s))
+            out.append(t)
+        return out
 
 
 _NUMERIC = {f.name for f in fields(Telemetry)} - {"error", "tier", "calibration"}
@@ -271,18 +331,23 @@ def _telemetry(raw: Any) -> Telemetry:
 
 def bench(files: Mapping[str, str], cfg: EngineConfig, model: str, hardware: str, workloads: Sequence[Workload],
           backend: str, engine_version: str = "0.26") -> BenchResult:
-    """Measure the workspace's engine on ``workloads`` in a fresh sandbox."""
-    job = {"pkg_root": PKG_ROOT, "runs": [
+    """Measure the workspace's engine on ``workloads`` in a fresh sandbox, beside the clean engine here."""
+    job = {"pkg_root": str(engine_runtime()), "runs": [
         {"name": w.name, "config": cfg.to_dict(only_set=True), "model": model, "hardware": hardware,
          "engine_version": engine_version, "workload": w.to_dict()} for w in workloads]}
+    ref = reference(job)["runs"]
+    clean = [Telemetry.from_dict(r["telemetry"]) if "telemetry" in r else Telemetry.failed("the clean engine refused")
+             for r in ref]
     got = run_workspace(files, job, backend)
     if got.error is not None:
         head = got.error.splitlines()[0]
-        return BenchResult([Telemetry.failed(f"crash: {head}") for _ in workloads], [got.error])
-    tels, symptoms = [], []
+        return BenchResult([Telemetry.failed(f"crash: {head}") for _ in workloads], [got.error], clean,
+                           [False] * len(workloads))
+    tels, symptoms, verified = [], [], []
     runs = got.out.get("runs", [])
     for k, w in enumerate(workloads):
         o = runs[k] if k < len(runs) and isinstance(runs[k], dict) else {"error": "not reported"}
+        verified.append("telemetry" in o and o.get("resolved") == ref[k].get("resolved") and _served_as_clean(o, ref[k]))
         if "refused" in o:
             tels.append(Telemetry.failed(f"invalid_config: refused by config.py on {o['refused']}"))
         elif "error" in o:
@@ -294,4 +359,4 @@ def bench(files: Mapping[str, str], cfg: EngineConfig, model: str, hardware: str
                 symptoms.append(f"{w.name}: KV cache after every request finished: {why}")
             if isinstance(o.get("unfinished"), int) and o["unfinished"]:
                 symptoms.append(f"{w.name}: {o['unfinished']} requests never finished")
-    return BenchResult(tels, symptoms)
+    return BenchResult(tels, symptoms, clean, verified)

@@ -35,14 +35,14 @@ from typing import Any
 
 import yaml
 
-from rsi_env.bugs.checks import CHECKS_FILE, HARNESS, BenchResult, bench, check_workspace
+from rsi_env.bugs.checks import CHECKS_FILE, HARNESS, BenchResult, bench, check_workspace, workspace_profile
 from rsi_env.bugs.mutations import MUTATIONS_FILE, apply_mutations, load_mutations
 from rsi_env.bugs.templates import clean_workspace
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import CatalogError
 from rsi_env.sandbox.fresh import run_fresh
-from rsi_env.sandbox.hidden import CODE_DIR, hidden_paths
+from rsi_env.sandbox.hidden import CODE_DIR
 
 __all__ = ["INSTANCES_FILE", "Instance", "catalogue_hash", "generate", "instance_for", "task_workloads",
            "visible_tests_fail"]
@@ -93,7 +93,7 @@ def catalogue_hash() -> str:
 def visible_tests_fail(files: dict[str, str], backend: str) -> bool:
     """Whether ``python -m pytest -q tests/`` fails on ``files`` (in a fresh sandbox)."""
     run = run_fresh(files, "{python} -m pytest -q -p no:cacheprovider tests/", backend=backend, timeout_s=60,
-                    hidden=hidden_paths())
+                    profile=workspace_profile())
     return not run.result.ok
 
 

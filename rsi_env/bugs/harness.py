@@ -1,8 +1,10 @@
 """Run a BugFix workspace's engine code and report what it did: copied into a fresh sandbox and run there.
 
 ``python -I harness.py JOB.json OUT.json`` in a folder holding the workspace's ``kv_cache.py``,
-``engine.py`` and ``config.py``. The job names the ``rsi_env`` package root (the simulator's cost
-model, memory plan and workload traces come from it) and three kinds of work:
+``engine.py`` and ``config.py``. The job names the root of the engine runtime
+(`rsi_env.bugs.templates.engine_runtime`: the package without its hidden parts, the simulator's cost
+model, memory plan and workload traces among it, whose engine modules are the workspace's own) and
+three kinds of work:
 
 - ``pool_ops``: sequences of block-pool operations, replayed on the workspace's ``BlockPool``; the
   pool's state is recorded after every operation;
@@ -13,7 +15,9 @@ model, memory plan and workload traces come from it) and three kinds of work:
 
 The output holds only observations, never verdicts: the env compares them with the same job run on
 its own (clean) modules through :func:`run_job`, so code in this process cannot decide a check.
-Standard library only at import time (the package is imported from the job's root).
+Anything here may be rewritten by the workspace's code; the env trusts no number it reports that the
+clean engine's run does not pin down. Standard library only at import time (the package is imported
+from the job's root).
 """
 
 from __future__ import annotations
@@ -146,9 +150,9 @@ def main(argv: list[str]) -> int:
     src, dst = Path(argv[1]), Path(argv[2])
     job = json.loads(src.read_text())
     src.unlink()
-    sys.path.insert(0, job["pkg_root"])
+    sys.path[:0] = [job["pkg_root"], str(Path.cwd())]  # the runtime, and the workspace its stubs load
     try:
-        import rsi_env.sim  # noqa: F401  (the package's own modules load before the workspace's)
+        import rsi_env.sim  # noqa: F401  (in the runtime, its engine modules are the workspace's)
 
         mods = [_load(n) for n in ("kv_cache", "engine", "config")]
         out = run_job(job, *mods)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rsi_env.bugs.checks import BenchResult, bench, check_workspace
+from rsi_env.bugs.checks import THROUGHPUT_FLOOR, BenchResult, bench, check_workspace, workspace_profile
 from rsi_env.bugs.generator import WORKLOAD_DIR, Instance, instance_for
 from rsi_env.bugs.templates import ENGINE_FILES
 from rsi_env.engine.config import EngineConfig
@@ -25,14 +25,14 @@ from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
-from rsi_env.reward import SubmitEvent
+from rsi_env.reward import SubmitEvent, score
 from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
 from rsi_env.sim import simulate
 
 __all__ = ["BugFixEnv", "WorkspaceTier"]
 
-THROUGHPUT_FLOOR = 0.98  # output tok/s kept, per workload, relative to the clean engine on the same config
 CRASHED_BASE = 0.01  # a workload the bugged engine could not serve counts as 1 % of the clean engine's tok/s
 _DROPPED_GUARDS = {"slo", "improvement"}  # a fix is judged against the clean engine, not vLLM's defaults
 
@@ -46,9 +46,11 @@ class WorkspaceTier:
 
     ``source()`` gives the engine files to measure; ``last`` keeps the last bench (its symptoms
     go to the observation) and ``last_hash`` which files it measured. The report comes from a process
-    that ran the agent's code, so its output rate is capped at the clean engine's on the same
-    configuration and workload (simulated here): a report faster than the clean engine is forged or
-    dropped work, and the continuous reward never pays more than a real fix earns.
+    that ran the agent's code, so the telemetry it gives is `BenchResult.trusted`: the clean engine's
+    (simulated here) on a workload the engine served exactly as the clean engine does, else the report
+    with its output rate below the throughput floor — a rate the agent's code could have written
+    never pays what a real fix earns. Benches are remembered by file text and configuration, except
+    while ``fresh`` (a submission's, run from a clean start).
     """
 
     name = "sim"
@@ -60,6 +62,7 @@ class WorkspaceTier:
         self.backend = backend
         self.last: BenchResult | None = None
         self.last_hash: str | None = None
+        self.fresh = False
         self._cache: OrderedDict[str, BenchResult] = OrderedDict()
         self.capacity = capacity
 
@@ -69,19 +72,12 @@ class WorkspaceTier:
         self.last_hash = _files_hash(files)
         key = json.dumps([self.last_hash, self.backend, self.engine_version, model.name, hw.name, cfg.to_dict(),
                           [w.content_hash for w in workloads]], sort_keys=True, default=str)
-        if key not in self._cache:
+        if self.fresh or key not in self._cache:
             self._cache[key] = bench(files, cfg, model.name, hw.name, workloads, self.backend, self.engine_version)
             if len(self._cache) > self.capacity:
                 self._cache.popitem(last=False)
         self.last = self._cache[key]
-        out = []
-        for t, w in zip(self.last.telemetry, workloads, strict=True):
-            if t.ok:
-                clean = simulate(cfg, model, hw, w, engine_version=self.engine_version)
-                if clean.ok and t.out_tok_per_s > clean.out_tok_per_s:
-                    t = replace(t, out_tok_per_s=clean.out_tok_per_s)
-            out.append(t)
-        return out
+        return self.last.trusted()
 
 
 class BugFixEnv(RsiEnv):
@@ -103,7 +99,10 @@ class BugFixEnv(RsiEnv):
 
     The workspace's code runs only in fresh sandboxes (the strongest backend the machine has;
     ``env.unwrapped.sandbox_backend`` says which), never in the env's process; what comes back are
-    observations, and the verdicts are made here by comparing them with the clean engine.
+    observations, and the verdicts are made here by comparing them with the clean engine. Every
+    sandbox — the shell's included (`sandbox_profile`) — sees the package only as a runtime in which
+    the three engine modules are the workspace's own: the clean originals, the bug catalogue and the
+    hidden checks are nowhere to be read.
 
     ## Arguments
 
@@ -128,13 +127,18 @@ class BugFixEnv(RsiEnv):
 
     Continuous: the log-ratio gain of output tokens/s over the best so far, the bugged engine scoring 0
     (a workload it could not serve counts as 1 % of the clean engine's rate), minus each measurement's
-    simulated GPU-seconds x 0.0002. Binary, on submit: +1 if the workloads are untouched, every workload
-    measured without error, each keeps >= 98 % of the clean engine's output tokens/s on the same
-    configuration, and every hidden check passes — the block pool replays random operation sequences
-    into the clean pool's states, every configuration resolves to the clean values, no KV block is
-    left allocated and no request lost, and every request's first-token and finish times equal the
-    clean engine's, on six workloads the agent never sees (preemption under KV pressure, the priority
-    policy, shared prefixes, chunked prefill off, a long-prefill threshold, a closed loop).
+    simulated GPU-seconds x 0.0002. A workload whose requests are served exactly as the clean engine
+    serves them (every first-token and finish time) counts the clean engine's rate; any other counts the
+    rate the engine reported, at most 97 % of the clean engine's (the report is the agent's code's word).
+    Binary, on submit, judged afresh on the editable files alone (a new bench and new hidden checks,
+    nothing remembered): +1 if the workloads are untouched, every workload measured without error, each
+    keeps >= 98 % of the clean engine's output tokens/s on the same configuration, and every hidden check
+    passes — the block pool replays random operation sequences into the clean pool's states, every
+    configuration resolves to the clean values, no KV block is left allocated (and where the requests
+    were served as the clean engine serves them, the pool ends as the clean engine's does) and no request
+    lost, and every request's first-token and finish times equal the clean engine's, on six workloads
+    the agent never sees (preemption under KV pressure, the priority policy, shared prefixes, chunked
+    prefill off, a long-prefill threshold, a closed loop).
 
     ## Starting State
 
@@ -177,6 +181,10 @@ class BugFixEnv(RsiEnv):
             with contextlib.suppress(EditError):  # a missing file is reported by the harness's runner
                 out[f] = self.workspace.read(f)
         return out
+
+    def sandbox_profile(self) -> Profile:
+        """What the episode's shell shows besides the workspace: the visible tests' numpy, PyYAML, pytest, runtime."""
+        return workspace_profile()
 
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -227,19 +235,32 @@ class BugFixEnv(RsiEnv):
         return events
 
     def _do_submit(self) -> list[object]:
+        """Judge the editable engine files from a clean start: measured anew and checked anew, nothing remembered."""
         tier = self.tier
         assert isinstance(tier, WorkspaceTier)
         files = self.engine_files()
-        if tier.last_hash != _files_hash(files):
-            self.measured_config = None  # the code changed since the last measurement: measure it again
-        events = super()._do_submit()
+        tier.fresh = True
+        try:
+            if tier.last_hash != _files_hash(files):
+                self.measured_config = None  # the code changed since the last measurement: a (paid) bench first
+            elif self.measured_config == self.config:
+                self._measure_again()
+            events = super()._do_submit()
+            extra = self._extra_guards(files)
+        finally:
+            tier.fresh = False
         assert self.verdict is not None
         v = self.verdict
         kept = [g for g in v.guards if g.name not in _DROPPED_GUARDS]
-        extra = self._extra_guards(files)
         self.verdict = Verdict(all(g.ok for g in kept + extra), v.score, tuple(kept + extra))
         self.text = _clean(self.verdict.summary())
         return [e for e in events if not isinstance(e, SubmitEvent)] + [SubmitEvent(self.verdict)]
+
+    def _measure_again(self) -> None:
+        """The submitted engine measured once more, unpaid: what the verdict reads, whatever an earlier bench gave."""
+        self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+        self.cost.add(self.tier_name, self.last_tels, self.config, self.hardware)
+        self.last_score = score(self.last_tels, self.base_tels, self.task)
 
     def _extra_guards(self, files: dict[str, str]) -> list[GuardResult]:
         clean = self._clean_tels(self.config)
@@ -248,6 +269,6 @@ class BugFixEnv(RsiEnv):
                 if c.ok and (not t.ok or t.out_tok_per_s < THROUGHPUT_FLOOR * c.out_tok_per_s)]
         guards = [GuardResult("throughput", not slow, f"below {THROUGHPUT_FLOOR:.0%} of the clean engine: {slow}"
                               if slow else "")]
-        for c in check_workspace(files, self.sandbox_backend, self.model.name, self.hardware.name):
+        for c in check_workspace(files, self.sandbox_backend, self.model.name, self.hardware.name, fresh=True):
             guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
         return guards

@@ -7,6 +7,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -23,6 +24,7 @@ from rsi_env.bugs.generator import catalogue_hash, generate
 from rsi_env.bugs.mutations import BUG_CLASSES, apply_mutations, load_mutations
 from rsi_env.bugs.templates import ENGINE_FILES, LOCAL_IMPORT, clean_workspace
 from rsi_env.envs.bugfix import BugFixEnv
+from rsi_env.sandbox.episode import EpisodeSandbox
 from rsi_env.sandbox.hidden import CODE_DIR
 
 BACKEND = "bubblewrap"
@@ -30,11 +32,22 @@ CLEAN = clean_workspace()
 
 
 def reference_fix(env: BugFixEnv):
-    """The reference solution: every engine file back to the clean engine's text."""
+    """The reference solution: each injected bug reverted by an edit, which leaves the clean engine's text."""
+    assert env.instance is not None
+    muts = load_mutations()
     out = None
-    for f in ENGINE_FILES:
-        out = env.step({"kind": 1, "path": f, "old": "", "new": CLEAN[f]})
+    for m in reversed(env.instance.mutations):
+        out = env.step({"kind": 1, "path": muts[m].file, "old": muts[m].new, "new": muts[m].old})
     return out
+
+
+def shell(env: Any, command: str, timeout_s: float = 120.0) -> str:
+    """``command`` in a code task's episode sandbox, built as the env builds it, with its ``sandbox_profile()``."""
+    assert env.episode_sandbox is not None and env.workspace is not None
+    if env.episode_sandbox.profile is None:  # until the base env passes sandbox_profile() itself
+        env.episode_sandbox = EpisodeSandbox(env.sandbox_backend, env.workspace.root, profile=env.sandbox_profile())
+    res = env.episode_sandbox.run(command, timeout_s=timeout_s, max_output=1 << 20)
+    return res.output
 
 
 def seed_of_class(bug_class: str, shown: bool = False) -> int:
@@ -107,6 +120,7 @@ def test_bugged_workspace_fails_and_the_reference_fix_passes(env: BugFixEnv, bug
     assert term and r < 1.0 and not info["verdict"]["passed"], obs["text"]
     env.reset(seed=seed)
     reference_fix(env)
+    assert env.engine_files() == {f: CLEAN[f] for f in ENGINE_FILES}
     obs, r, term, _, info = env.step({"kind": 4})
     assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
 
@@ -115,8 +129,8 @@ def test_two_bug_instance_needs_both_fixes(env: BugFixEnv):
     seed = next(s for s, i in sorted(generator._table().items())
                 if len(i.mutations) == 2 and len({load_mutations()[m].file for m in i.mutations}) == 2)
     env.reset(seed=seed)
-    first = load_mutations()[env.instance.mutations[0]].file
-    env.step({"kind": 1, "path": first, "old": "", "new": CLEAN[first]})
+    first = load_mutations()[env.instance.mutations[0]]
+    env.step({"kind": 1, "path": first.file, "old": first.new, "new": first.old})
     obs, _, _, _, info = env.step({"kind": 4})
     assert not info["verdict"]["passed"], obs["text"]
 
@@ -124,11 +138,11 @@ def test_two_bug_instance_needs_both_fixes(env: BugFixEnv):
 def test_visible_tests_run_in_the_episode_sandbox(env: BugFixEnv):
     seed = next(s for s, i in sorted(generator._table().items()) if i.difficulty["visible_caught"])
     env.reset(seed=seed)
-    res = env._run_shell("python -m pytest -q -p no:cacheprovider tests/ 2>&1 | tail -3")
-    assert "failed" in res.output, res.output
+    out = shell(env, "python -m pytest -q -p no:cacheprovider tests/ 2>&1 | tail -3")
+    assert "failed" in out, out
     reference_fix(env)
-    res = env._run_shell("python -m pytest -q -p no:cacheprovider tests/ 2>&1 | tail -3")
-    assert "5 passed" in res.output, res.output
+    out = shell(env, "python -m pytest -q -p no:cacheprovider tests/ 2>&1 | tail -3")
+    assert "5 passed" in out, out
 
 
 def test_a_bench_shows_symptoms_not_the_hidden_checks(env: BugFixEnv):
@@ -152,6 +166,7 @@ def test_a_broken_engine_comes_back_as_an_error_and_the_env_survives(env: BugFix
     assert "kv_pressure" not in obs["text"] and not term
     obs, _, _, _, info = env.step({"kind": 4})
     assert not info["verdict"]["passed"] and not info["verdict"]["guards"]["hidden: workspace runs"]
+    monkeypatch.undo()  # the fix is judged afresh, under the usual timeout
     env.reset(seed=seed_of_class("token_budget"))
     reference_fix(env)
     assert env.step({"kind": 4})[4]["verdict"]["passed"]
@@ -184,9 +199,9 @@ def test_engine_code_never_runs_in_the_env_s_process(env: BugFixEnv):
 
 def test_shell_cannot_see_the_hidden_checks_and_a_deleted_file_is_reported(env: BugFixEnv):
     env.reset(seed=seed_of_class("kv_leak"))
-    res = env._run_shell(f"ls {CODE_DIR}/bugfix/hidden; cat {CODE_DIR}/bugfix/instances.yaml | head -3; echo end")
-    assert "end" in res.output and "mutations.yaml" not in res.output and "catalogue" not in res.output
-    env._run_shell("rm engine.py")
+    out = shell(env, f"ls {CODE_DIR}/bugfix/hidden; cat {CODE_DIR}/bugfix/instances.yaml | head -3; echo end")
+    assert "end" in out and "mutations.yaml" not in out and "catalogue" not in out
+    shell(env, "rm engine.py")
     obs, *_ = env.step({"kind": 3})
     assert "missing from the workspace" in obs["text"], obs["text"]
 
