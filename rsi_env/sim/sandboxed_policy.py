@@ -1,29 +1,34 @@
 """Evaluating an agent's ``policy.py`` in a fresh sandbox: its keys for every request, validated.
 
-The policy file and the harness (`rsi_env.sim.run_policy`, standard library only) are copied into a new
-folder with the requests; a new sandbox of the chosen backend runs them there (`run_agent_module`); only
-the keys file comes back, and every number in it is checked (`PolicyKeys.parse`). Results are cached by the policy's
-exact text, the requests and the backend: a policy must give the same keys every time (the hidden
-checks verify that on uncached runs), so a repeated measurement costs nothing.
+The policy file and its driver (`rsi_env.sim.run_policy`, standard library only) are copied into a new
+folder with the requests (and a fresh secret); a new sandbox of the chosen backend runs the driver
+there (`run_harness`), which asks the policy for its keys in a process of its own, one request at a
+time, and signs what it got. Only the signed keys file comes back: its signature and every number in
+it are checked (`PolicyKeys.parse`). Results are cached by the policy's exact text, the requests and
+the backend: a policy must give the same keys every time (submit verifies that on uncached runs), so
+a repeated measurement costs nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
-from rsi_env.sandbox.fresh import ReportErrors, run_agent_module
+from rsi_env.sandbox.fresh import ReportErrors, run_harness
 from rsi_env.sandbox.hidden import hidden_paths
-from rsi_env.sim.policy_hook import PolicyError, PolicyKeys
+from rsi_env.sim.policy_hook import REQUEST_FIELDS, PolicyError, PolicyKeys
 
 __all__ = ["policy_keys"]
 
-HARNESS = Path(__file__).with_name("run_policy.py")
+DRIVER = Path(__file__).with_name("run_policy.py")
+POLICY_FILE = "policy.py"
 KEYS_TIMEOUT_S = 10.0
 _LIMITS = Limits(cpu_s=10, memory_bytes=2 << 30, file_bytes=64 << 20, max_procs=32)
 _CACHE: OrderedDict[str, dict[str, PolicyKeys]] = OrderedDict()
@@ -43,13 +48,41 @@ def policy_keys(source: str, tables: dict[str, list[dict[str, Any]]], backend: s
     if use_cache and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    data = run_agent_module(HARNESS, "policy.py", source, blob, _ERRORS, input_file="requests.json",
-                            report="keys.json", backend=name, timeout_s=KEYS_TIMEOUT_S, max_output=4096,
-                            limits=_LIMITS, hidden=hidden_paths())
-    if not isinstance(data, dict) or set(data) != set(tables):
-        raise PolicyError("the keys file does not cover exactly the workloads asked for")
-    out = {w: PolicyKeys.parse(data[w], len(reqs), f"workload {w}") for w, reqs in tables.items()}
+    raw = _signed_keys(source, list(tables.values()), name)
+    out = {w: PolicyKeys.parse(k, len(reqs), f"workload {w}") for (w, reqs), k in zip(tables.items(), raw, strict=True)}
     _CACHE[key] = out
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return out
+
+
+def _signed_keys(source: str, tables: list[list[dict[str, Any]]], backend: str) -> list[Any]:
+    """The driver's keys for ``tables`` (sent unnamed, contract fields only), its signature checked."""
+    secret = secrets.token_hex(32)
+    request = {"secret": secret, "tables": [[{f: r[f] for f in REQUEST_FIELDS} for r in t] for t in tables]}
+    files = {POLICY_FILE: source, DRIVER.name: DRIVER.read_text(), "requests.json": json.dumps(request)}
+    report = run_harness(files, f"{{python}} -I {DRIVER.name} {POLICY_FILE} requests.json keys.json", "keys.json",
+                         _ERRORS, backend=backend, timeout_s=KEYS_TIMEOUT_S, max_output=4096, limits=_LIMITS,
+                         hidden=hidden_paths())
+    body = _verified(report, secret)
+    if "error" in body:
+        raise PolicyError(f"{_ERRORS.raised}:\n{str(body['error'])[-1200:]}")
+    keys = body.get("keys")
+    if not isinstance(keys, list) or len(keys) != len(tables):
+        raise PolicyError("the keys file does not cover exactly the workloads asked for")
+    return keys
+
+
+def _verified(report: Any, secret: str) -> dict[str, Any]:
+    """The body of the driver's report, if it carries the driver's signature; `PolicyError` if not."""
+    try:
+        text, mac = report["body"], report["mac"]
+        expect = hmac.new(bytes.fromhex(secret), text.encode(), hashlib.sha256).hexdigest()
+        signed = hmac.compare_digest(expect, mac)
+        body = json.loads(text) if signed else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        signed, body = False, None
+    if not signed or not isinstance(body, dict):
+        raise PolicyError("the keys file does not carry the driver's signature: something other than the driver "
+                          "wrote keys.json (policy.py must leave the driver's files alone)")
+    return body

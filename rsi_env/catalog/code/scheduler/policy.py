@@ -8,9 +8,11 @@ The simulated vLLM engine calls two functions, once per request when it arrives;
 
 ``request`` has: ``id`` (int), ``arrival_s`` (float, seconds), ``prompt_tokens`` (int, shared prefix
 included), ``prefix_group`` (int, -1 when the prompt has no shared system prompt) and ``prefix_tokens``
-(int). Its output length is not known in advance. Keys must be finite numbers, and the same request
+(int). Its output length is not known in advance. This file runs in a process of its own, a fresh one
+per workload, which is sent one request at a time. Keys must be finite numbers, and the same request
 must always get the same keys. Every request must still be served: a policy that leaves some request
-waiting far longer than first-come-first-served would (starvation) fails the task's checks.
+waiting far longer than first-come-first-served would (starvation) fails the task's checks, which run
+on the scored workloads as well as on others.
 
 This file starts as vLLM's default, first come, first served.
 """
