@@ -18,6 +18,7 @@ from rsi_env.engine.workload import Workload
 from rsi_env.envs.scheduler import SchedulerEnv
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sim import sandboxed_policy, simulate
+from rsi_env.sim.policy_checks import check_policy
 from rsi_env.sim.policy_hook import PolicyError, PolicyKeys, request_table, simulate_policy
 from rsi_env.sim.sandboxed_policy import policy_keys
 
@@ -61,7 +62,7 @@ def test_reference_policy_passes_and_fcfs_does_not(env: SchedulerEnv):
     assert r > 0.2 and "auto-bench: score +0.4" in obs["text"]
     obs, r, term, _, info = env.step({"kind": 4})
     assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
-    assert info["verdict"]["guards"]["hidden: no request starved"]
+    assert info["verdict"]["guards"]["checks: no request starved"]
 
 
 # Seed 1 is left out: since the simulator prices a compiled step above the largest CUDA graph as CPU launch that
@@ -78,7 +79,7 @@ def test_reference_policy_passes_on_other_seeds(env: SchedulerEnv, seed: int):
 def test_a_starving_policy_fails_the_hidden_checks(env: SchedulerEnv):
     write_policy(env, STARVING)
     obs, _, _, _, info = env.step({"kind": 4})
-    assert not info["verdict"]["guards"]["hidden: no request starved"], obs["text"]
+    assert not info["verdict"]["guards"]["checks: no request starved"], obs["text"]
     assert not info["verdict"]["passed"] and "waited" in obs["text"]
 
 
@@ -86,7 +87,7 @@ def test_a_random_policy_fails_determinism(env: SchedulerEnv):
     write_policy(env, "import random\n\ndef waiting_key(r):\n    return r.arrival_s + random.random()\n\n"
                       "def victim_key(r):\n    return r.arrival_s\n")
     obs, _, _, _, info = env.step({"kind": 4})
-    assert not info["verdict"]["guards"]["hidden: deterministic"], obs["text"]
+    assert not info["verdict"]["guards"]["checks: deterministic"], obs["text"]
 
 
 def test_submit_measures_the_policy_it_checks(env: SchedulerEnv):
@@ -104,7 +105,7 @@ def test_submit_measures_the_policy_it_checks(env: SchedulerEnv):
     ("while True:\n    pass\n", "did not finish"),
     ("def victim_key(r):\n    return 0.0\n", "must define a function waiting_key"),
     ("import json, os\nopen('keys.json', 'w').write(json.dumps({'bursty_chat': {'waiting': [0], 'victim': [0]}}))\n"
-     "os._exit(0)\n", "keys file does not cover"),
+     "os._exit(0)\n", "exited before answering request 0"),
     ("import os\nos.system('yes')\n", "produced no keys"),
     ("def waiting_key(r) -> float:\n    return 'soon'\n\ndef victim_key(r):\n    return 0.0\n", "could not convert"),
 ])
@@ -151,6 +152,51 @@ def test_arrival_keys_reproduce_the_engine_s_priority_policy():
     assert tel == simulate(EngineConfig(scheduling_policy="priority"), model, hw, w)
 
 
+def _small(name: str, prompt_tokens: int) -> Workload:
+    return Workload.from_dict({"name": name, "seed": 1, "requests": 40, "prompt_tokens": prompt_tokens,
+                               "output_tokens": 16, "arrival": {"process": "poisson", "rate": 20}})
+
+
+@pytest.fixture
+def small_checks(tmp_path):
+    """A check file with one small hidden workload, so that a check runs in a second or two."""
+    path = tmp_path / "checks.yaml"
+    path.write_text("starvation_slack_s: 10.0\nworkloads:\n  - {name: tiny, seed: 2, requests: 40, prompt_tokens: 64, "
+                    "output_tokens: 16, arrival: {process: poisson, rate: 20}}\n")
+    return path
+
+
+def test_checks_run_on_the_scored_workloads_and_skip_only_what_cannot_run_there(small_checks):
+    model, hw = load_model("qwen2.5-7b"), load_hardware("l4")
+    fit, unfit = _small("fits", 256), _small("too_long", 40000)  # 40000 tokens: beyond Qwen2.5-7B's context
+
+    def run(skip_unfit: bool) -> dict[str, object]:
+        return {c.name: c for c in check_policy(REFERENCE, EngineConfig(), model, hw, scored=[fit, unfit],
+                                                skip_unfit=skip_unfit, backend="bubblewrap", checks=small_checks)}
+
+    kept = run(skip_unfit=False)["no request lost"]
+    assert not kept.ok and kept.reason.startswith("too_long: first come, first served cannot run it")
+    skipped = run(skip_unfit=True)["no request starved"]
+    assert skipped.ok and skipped.reason.startswith("on 1 scored and 1 hidden workloads; not checked on this "
+                                                    "engine: too_long (first come, first served cannot run it")
+
+
+def test_keys_at_submission_must_be_the_keys_measured(small_checks):
+    model, hw = load_model("qwen2.5-7b"), load_hardware("l4")
+    w = _small("fits", 256)
+    arrival = w.trace().arrival_s
+    measured = {w.name: PolicyKeys(arrival, arrival)}  # first come, first served's: not what REFERENCE gives
+    res = {c.name: c for c in check_policy(REFERENCE, EngineConfig(), model, hw, scored=[w], measured=measured,
+                                           backend="bubblewrap", checks=small_checks)}
+    assert not res["deterministic"].ok and "than when it was measured, on fits" in res["deterministic"].reason
+
+
+def test_the_driver_sends_the_contract_s_fields():
+    from rsi_env.sim import policy_hook, run_policy  # run_policy is standard library only: it keeps its own copy
+
+    assert run_policy.FIELDS == policy_hook.REQUEST_FIELDS
+
+
 def test_keys_are_validated():
     with pytest.raises(PolicyError, match="one number per request"):
         PolicyKeys.parse({"waiting": [1.0], "victim": [1.0, 2.0]}, 2, "w")
@@ -180,6 +226,8 @@ def test_the_real_tier_gets_the_policy_keys_and_cpu_workloads(monkeypatch):
     expect = trace.arrival_s + np.minimum(trace.prompt_len / 1000.0, 8.0)
     assert np.allclose(calls[-1]["keys"]["bursty_chat_cpu"].waiting, expect)
     obs, *_ = env.step({"kind": 4})
-    # The hidden checks run on the sim tier, on the task's own model and hardware (their workloads need it).
-    assert "[ok] hidden: no request lost" in obs["text"] and "[ok] hidden: deterministic" in obs["text"], obs["text"]
+    # The checks run on the sim tier, on the task's own model and hardware (the hidden workloads need it), and on the
+    # scored workloads too: the _cpu copies fit there.
+    assert "[ok] checks: no request lost: on 2 scored and 2 hidden" in obs["text"], obs["text"]
+    assert "[ok] checks: deterministic" in obs["text"], obs["text"]
     env.close()
