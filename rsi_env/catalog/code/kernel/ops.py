@@ -71,8 +71,9 @@ def draw_shape(op: str, seed: int, model: dict[str, Any], scale: str = "cpu") ->
     return shape
 
 
-def _generator(shape: dict[str, Any], index: int, device: str) -> torch.Generator:
-    digest = hashlib.sha256(f"{shape['op']}:{shape['seed']}:{index}".encode()).hexdigest()
+def _generator(shape: dict[str, Any], index: int, device: str, key: str) -> torch.Generator:
+    salt = f":{key}" if key else ""
+    digest = hashlib.sha256(f"{shape['op']}:{shape['seed']}:{index}{salt}".encode()).hexdigest()
     return torch.Generator(device=device).manual_seed(int(digest[:15], 16))
 
 
@@ -83,68 +84,154 @@ def cos_sin_cache(head_dim: int, theta: float, dtype: torch.dtype) -> torch.Tens
     return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype)
 
 
-def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu") -> dict[str, Any]:
-    """Input set ``index`` of ``shape``, drawn on ``device``: the same numbers in every process on that device."""
-    g = _generator(shape, index, device)
-    dt = getattr(torch, shape["dtype"])
-    op = shape["op"]
+def _blocks_needed(shape: dict[str, Any]) -> list[int]:
+    return [math.ceil(n / shape["block_size"]) for n in shape["seq_lens"]]
 
-    def randn(*size: int, std: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*size, generator=g, dtype=torch.float32, device=device) * std).to(dt)
 
-    inp: dict[str, Any]
+def input_specs(shape: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The dtype name and size of every tensor argument of ``shape``'s call (outputs excluded)."""
+    dt, op = shape["dtype"], shape["op"]
     if op == "rms_norm_residual":
         t, h = shape["num_tokens"], shape["hidden_size"]
-        inp = {"x": randn(t, h), "residual": randn(t, h), "weight": 1.0 + randn(h, std=0.1),
-               "epsilon": shape["epsilon"]}
-    elif op == "silu_and_mul":
-        inp = {"x": randn(shape["num_tokens"], 2 * shape["intermediate_size"], std=2.0)}
-    elif op == "rotary_embedding":
+        return {"x": (dt, (t, h)), "residual": (dt, (t, h)), "weight": (dt, (h,))}
+    if op == "silu_and_mul":
+        return {"x": (dt, (shape["num_tokens"], 2 * shape["intermediate_size"]))}
+    if op == "rotary_embedding":
         t, d = shape["num_tokens"], shape["head_dim"]
+        return {"positions": ("int64", (t,)), "query": (dt, (t, shape["num_heads"] * d)),
+                "key": (dt, (t, shape["num_kv_heads"] * d)), "cos_sin_cache": (dt, (MAX_POSITION, d))}
+    need = _blocks_needed(shape)
+    cache = (sum(need) + 4, shape["block_size"], shape["num_kv_heads"], shape["head_dim"])
+    return {"query": (dt, (shape["num_seqs"], shape["num_heads"], shape["head_dim"])), "key_cache": (dt, cache),
+            "value_cache": (dt, cache), "block_tables": ("int32", (shape["num_seqs"], max(need))),
+            "seq_lens": ("int32", (shape["num_seqs"],))}
+
+
+def output_specs(shape: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The dtype name and size of every destination tensor of ``shape``'s call."""
+    dt, op = shape["dtype"], shape["op"]
+    if op == "rms_norm_residual":
+        return {"out": (dt, (shape["num_tokens"], shape["hidden_size"]))}
+    if op == "silu_and_mul":
+        return {"out": (dt, (shape["num_tokens"], shape["intermediate_size"]))}
+    if op == "rotary_embedding":
+        t, d = shape["num_tokens"], shape["head_dim"]
+        return {"query_out": (dt, (t, shape["num_heads"] * d)), "key_out": (dt, (t, shape["num_kv_heads"] * d))}
+    return {"out": (dt, (shape["num_seqs"], shape["num_heads"], shape["head_dim"]))}
+
+
+def scalars(shape: dict[str, Any]) -> dict[str, float]:
+    """The call's non-tensor arguments."""
+    if shape["op"] == "rms_norm_residual":
+        return {"epsilon": shape["epsilon"]}
+    if shape["op"] == "paged_attention_decode":
+        return {"scale": 1.0 / math.sqrt(shape["head_dim"])}
+    return {}
+
+
+def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu", key: str = "") -> dict[str, Any]:
+    """Input set ``index`` of ``shape``, drawn on ``device``: the same numbers in every process on that device.
+
+    ``key`` salts the draw: the harness's timed sets use a secret one, so no kernel can compute them ahead.
+    """
+    g = _generator(shape, index, device, key)
+    dt = getattr(torch, shape["dtype"])
+    spec = input_specs(shape)
+
+    def randn(name: str, std: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*spec[name][1], generator=g, dtype=torch.float32, device=device) * std).to(dt)
+
+    inp: dict[str, Any]
+    op = shape["op"]
+    if op == "rms_norm_residual":
+        inp = {"x": randn("x"), "residual": randn("residual"), "weight": 1.0 + randn("weight", std=0.1)}
+    elif op == "silu_and_mul":
+        inp = {"x": randn("x", std=2.0)}
+    elif op == "rotary_embedding":
+        t = shape["num_tokens"]
         inp = {"positions": torch.randint(0, MAX_POSITION, (t,), generator=g, dtype=torch.int64, device=device),
-               "query": randn(t, shape["num_heads"] * d), "key": randn(t, shape["num_kv_heads"] * d),
-               "cos_sin_cache": cos_sin_cache(d, shape["rope_theta"], dt)}
+               "query": randn("query"), "key": randn("key"),
+               "cos_sin_cache": cos_sin_cache(shape["head_dim"], shape["rope_theta"], dt)}
     else:
-        s, bs = shape["num_seqs"], shape["block_size"]
-        lens = shape["seq_lens"]
-        need = [math.ceil(n / bs) for n in lens]
-        num_blocks = sum(need) + 4
-        width = max(need)
+        need = _blocks_needed(shape)
+        num_blocks = spec["key_cache"][1][0]
         order = torch.randperm(num_blocks - 1, generator=g, device=device)[: sum(need)].cpu() + 1  # 0 unused
-        table = torch.zeros(s, width, dtype=torch.int32)
+        table = torch.zeros(*spec["block_tables"][1], dtype=torch.int32)
         k = 0
         for i, n in enumerate(need):
             table[i, :n] = order[k:k + n].to(torch.int32)
             k += n
-        kvh, d = shape["num_kv_heads"], shape["head_dim"]
-        inp = {"query": randn(s, shape["num_heads"], d), "key_cache": randn(num_blocks, bs, kvh, d),
-               "value_cache": randn(num_blocks, bs, kvh, d), "block_tables": table,
-               "seq_lens": torch.tensor(lens, dtype=torch.int32), "scale": 1.0 / math.sqrt(d)}
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+        inp = {"query": randn("query"), "key_cache": randn("key_cache"), "value_cache": randn("value_cache"),
+               "block_tables": table, "seq_lens": torch.tensor(shape["seq_lens"], dtype=torch.int32)}
+    inp = {k: v.to(device) for k, v in inp.items()}
+    return {**inp, **scalars(shape)}
 
 
 def make_outputs(shape: dict[str, Any], device: str = "cpu") -> dict[str, torch.Tensor]:
     """The destination tensors of ``shape``'s call, filled with NaN (the poison a kernel must overwrite)."""
-    dt = getattr(torch, shape["dtype"])
-    op = shape["op"]
-    sizes: dict[str, tuple[int, ...]]
-    if op == "rms_norm_residual":
-        sizes = {"out": (shape["num_tokens"], shape["hidden_size"])}
-    elif op == "silu_and_mul":
-        sizes = {"out": (shape["num_tokens"], shape["intermediate_size"])}
-    elif op == "rotary_embedding":
-        t, d = shape["num_tokens"], shape["head_dim"]
-        sizes = {"query_out": (t, shape["num_heads"] * d), "key_out": (t, shape["num_kv_heads"] * d)}
-    else:
-        sizes = {"out": (shape["num_seqs"], shape["num_heads"], shape["head_dim"])}
-    return {k: torch.full(v, math.nan, dtype=dt, device=device) for k, v in sizes.items()}
+    return {k: torch.full(size, math.nan, dtype=getattr(torch, dt), device=device)
+            for k, (dt, size) in output_specs(shape).items()}
+
+
+def _nbytes(dtype: str, size: tuple[int, ...]) -> int:
+    return math.prod(size) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
 
 
 def set_bytes(shape: dict[str, Any], device: str = "cpu") -> int:
     """Bytes of one input set and its outputs (caps how many sets a timed block holds)."""
-    tensors = [v for v in make_inputs(shape, 0, device).values() if isinstance(v, torch.Tensor)]
-    tensors += list(make_outputs(shape, "meta").values())
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(_nbytes(*spec) for spec in {**input_specs(shape), **output_specs(shape)}.values())
+
+
+def min_bytes(shape: dict[str, Any]) -> int:
+    """The fewest bytes one correct call must move between memory and the device: its roofline's traffic.
+
+    Every element it must read once and every element it must write once: for paged attention only the
+    cached tokens of each sequence (not the slots past ``seq_lens``), for rotary only the positions, the
+    query and key (the cos/sin rows a call needs depend on its positions and are not counted). A lower
+    bound: a kernel that moves fewer bytes than this cannot have computed its outputs.
+    """
+    ins, outs = input_specs(shape), output_specs(shape)
+    moved = sum(_nbytes(*spec) for spec in outs.values())
+    if shape["op"] == "rms_norm_residual":
+        return moved + sum(_nbytes(*spec) for spec in ins.values()) + _nbytes(*ins["residual"])  # residual written
+    if shape["op"] == "paged_attention_decode":
+        dt = shape["dtype"]
+        tokens = sum(shape["seq_lens"])
+        kv = 2 * _nbytes(dt, (tokens, shape["num_kv_heads"], shape["head_dim"]))
+        return moved + kv + _nbytes(*ins["query"]) + _nbytes(*ins["seq_lens"]) + 4 * sum(_blocks_needed(shape))
+    if shape["op"] == "rotary_embedding":
+        return moved + sum(_nbytes(*ins[k]) for k in ("positions", "query", "key"))
+    return moved + sum(_nbytes(*spec) for spec in ins.values())
+
+
+ALIGN = 256  # bytes between the tensors of a shared block (any dtype's alignment, and a cache line apart)
+
+
+def block_layout(shape: dict[str, Any], count: int) -> tuple[int, list[dict[str, tuple[int, str, tuple[int, ...]]]]]:
+    """Where ``count`` sets of ``shape`` (inputs and outputs) lie in one shared buffer: its size and each tensor's
+    (offset, dtype, size), set by set. The harness and the worker compute the same layout."""
+    specs = {**input_specs(shape), **output_specs(shape)}
+    offset, sets = 0, []
+    for _ in range(count):
+        slots = {}
+        for name, (dt, size) in specs.items():
+            slots[name] = (offset, dt, size)
+            offset += -(-_nbytes(dt, size) // ALIGN) * ALIGN
+        sets.append(slots)
+    return offset, sets
+
+
+def block_views(buf: torch.Tensor, shape: dict[str, Any], count: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``count`` call sets of ``shape`` as views of ``buf`` (a flat uint8 tensor): (inputs with scalars, outputs)."""
+    _, layout = block_layout(shape, count)
+    outs = output_specs(shape)
+    views = []
+    for slots in layout:
+        tensors = {name: buf[off:off + _nbytes(dt, size)].view(getattr(torch, dt)).view(size)
+                   for name, (off, dt, size) in slots.items()}
+        views.append(({k: v for k, v in tensors.items() if k not in outs} | scalars(shape),
+                      {k: v for k, v in tensors.items() if k in outs}))
+    return views
 
 
 def describe(shape: dict[str, Any]) -> str:
