@@ -47,12 +47,16 @@ class KernelEnv(RsiEnv):
     (``model=``, Llama-3.1-8B by default) with a batch and a dtype (bf16, fp16, fp32) drawn per seed.
 
     A measurement runs the hidden harness in a fresh sandbox (`rsi_env.envs.kernel_tier`): the kernel
-    runs in a process of its own on fresh inputs with NaN-poisoned outputs; the harness, in another
-    process, compares every output, in-place result and untouched input with a float64 reference, and
-    times the kernel against vLLM's ``forward_native`` (PyTorch eager) in interleaved blocks,
-    alternating which goes first, with its own clock and a random spot check of every block; its
-    report is signed. On the ``sim`` tier (the cheap one: nothing is simulated, CPU time stands in for
-    the GPU's) calls run on one CPU core; ``tier="real"`` runs the same harness on CUDA with
+    runs in a process of its own on fresh inputs with NaN-poisoned outputs, all in memory the harness
+    owns and shares with it; the harness, in another process, stops the kernel's whole process tree the
+    moment each call returns and reads the results there itself: it compares every output, in-place
+    result and untouched input with a float64 reference, and times the kernel against vLLM's
+    ``forward_native`` (PyTorch eager) in interleaved blocks, alternating which goes first, with its own
+    clock, every block checked for poison and one set drawn after the call checked in full. A time per
+    call that would move the op's bytes faster than 1.5x the device's measured memory bandwidth is
+    refused (``excessive_speedup``: it pays nothing and fails submit). Its report is signed. On the
+    ``sim`` tier (the cheap one: nothing is simulated, CPU time stands in for the GPU's) calls run on
+    one CPU core; ``tier="real"`` runs the same harness on CUDA with
     serving-sized batches (an error says so where no CUDA device is visible).
 
     ## Arguments

@@ -32,9 +32,16 @@ __all__ = ["KernelResult", "measure_kernel", "HARNESS_TIMEOUT_S"]
 
 KERNEL_DIR = CODE_DIR / "kernel"
 HARNESS_FILES = {"ops.py": KERNEL_DIR / "ops.py", "harness.py": KERNEL_DIR / "hidden" / "harness.py",
-                 "worker.py": KERNEL_DIR / "hidden" / "worker.py", "reference.py": KERNEL_DIR / "hidden" / "reference.py"}
+                 "worker.py": KERNEL_DIR / "hidden" / "worker.py", "reference.py": KERNEL_DIR / "hidden" / "reference.py",
+                 "isolation.py": KERNEL_DIR / "hidden" / "isolation.py"}
 HARNESS_TIMEOUT_S = 120.0
 ROUNDS = 7
+# A timed call must not imply moving its bytes faster than this times the device's measured peak (hidden/harness.py's
+# roofline). 1.5: the peak is the best of torch's own copies and sums, which a hand-tuned kernel can beat by some
+# tens of per cent (wider vector loads, non-temporal stores that skip a copy's read-for-ownership), and the kernel's
+# fastest block is set against a best-of-five peak taken at another moment of a shared machine; a deferred or
+# skipped call implies orders of magnitude more (a no-op: thousands of times the peak), so the slack costs nothing.
+ROOFLINE_SLACK = 1.5
 BLOCK_S = {"cpu": 0.005, "cuda": 0.01}   # seconds of calls per timed block
 MAX_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 8 << 30}
 _LIMITS = {"cpu": Limits(cpu_s=240, memory_bytes=6 << 30, file_bytes=512 << 20, max_procs=64),
@@ -52,14 +59,17 @@ class KernelResult:
     speedup: float | None                  # geometric mean over the timed shapes of eager time / kernel time
     error: str | None = None
     setup_error: bool = False              # the harness could not run at all (no CUDA, no torch): not the kernel's fault
+    excessive_speedup: bool = False        # timed faster than the device's memory can serve a correct call: refused
     checked: tuple[str, ...] = ()
     timings: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     device_seconds: float = 0.0
+    peak_bytes_per_s: float | None = None  # the device's memory bandwidth as the harness measured it (the roofline)
 
     @property
     def ok(self) -> bool:
-        """Correct everywhere and timed."""
-        return self.correct and self.speedup is not None and math.isfinite(self.speedup) and self.speedup > 0
+        """Correct everywhere, timed, and within the device's roofline."""
+        timed = self.speedup is not None and math.isfinite(self.speedup) and self.speedup > 0
+        return self.correct and not self.excessive_speedup and timed
 
     @property
     def score(self) -> float:
@@ -69,13 +79,23 @@ class KernelResult:
     def summary(self) -> str:
         if self.setup_error:
             return f"NOT MEASURED: {self.error}"
+        if self.excessive_speedup:
+            return f"REFUSED: {self.error}"
         if not self.correct:
             return f"INCORRECT: {self.error}"
         lines = [f"correct on {len(self.checked)} input sets; speedup over PyTorch eager "
                  f"{self.speedup:.2f}x (geometric mean)" if self.speedup else "correct; not timed"]
+        if self.peak_bytes_per_s:
+            lines[0] += f"; the device's measured peak bandwidth {self.peak_bytes_per_s / 1e9:.1f} GB/s"
         lines += [f"  {t['shape']}: kernel {t['candidate_s'] * 1e3:.3f} ms, eager {t['reference_s'] * 1e3:.3f} ms "
-                  f"-> {t['speedup']:.2f}x" for t in self.timings]
+                  f"-> {t['speedup']:.2f}x{_bandwidth(t)}" for t in self.timings]
         return "\n".join(lines)
+
+
+def _bandwidth(timing: dict[str, Any]) -> str:
+    """The bandwidth a timed call implies (its roofline bytes over its time), where the harness reported it."""
+    bw = timing.get("bytes_per_s")
+    return f" ({bw / 1e9:.1f} GB/s of the bytes it must move)" if isinstance(bw, (int, float)) else ""
 
 
 def _failed(reason: str, setup: bool = False) -> KernelResult:
@@ -101,7 +121,7 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
     scale = "cuda" if device == "cuda" else "cpu"
     request = {"op": op, "device": device, "model": model, "scale": scale, "check_seeds": list(seeds),
                "timed_shapes": timed_shapes, "rounds": ROUNDS, "block_s": BLOCK_S[scale],
-               "max_block_bytes": MAX_BLOCK_BYTES[scale]}
+               "max_block_bytes": MAX_BLOCK_BYTES[scale], "roofline_slack": ROOFLINE_SLACK}
     key = hashlib.sha256(json.dumps([source, request, name, _harness_digest()], sort_keys=True).encode()).hexdigest()
     if use_cache and key in _CACHE:
         _CACHE.move_to_end(key)
@@ -111,7 +131,7 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
     files["kernel.py"] = source
     files["request.json"] = json.dumps({**request, "secret": secret})
     try:
-        run = run_fresh(files, "{python} -I harness.py request.json result.json", backend=name,
+        run = run_fresh(files, "exec {python} -I harness.py request.json result.json", backend=name,
                         timeout_s=HARNESS_TIMEOUT_S, max_output=8192, read=["result.json"], limits=_LIMITS[scale],
                         hidden=hidden_paths(), profile=kernel_profile(device))
     except Exception as exc:  # noqa: BLE001  (the sandbox itself failed, e.g. the Docker engine went away)
@@ -150,5 +170,7 @@ def _parse(raw: bytes | None, secret: str, output: str) -> KernelResult:
     speedup = body.get("speedup")
     return KernelResult(correct=bool(body["correct"]), speedup=float(speedup) if speedup is not None else None,
                         error=body.get("error"), setup_error=bool(body.get("setup_error", False)),
+                        excessive_speedup=bool(body.get("excessive_speedup", False)),
                         checked=tuple(body.get("checked", ())), timings=tuple(body.get("timings", ())),
-                        device_seconds=float(body.get("device_seconds", 0.0)))
+                        device_seconds=float(body.get("device_seconds", 0.0)),
+                        peak_bytes_per_s=body.get("peak_bytes_per_s"))

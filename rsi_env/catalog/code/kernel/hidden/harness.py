@@ -1,32 +1,52 @@
 """The trusted side of a RSI/Kernel-v0 measurement: checks and times a kernel it never imports.
 
-``python -I harness.py request.json result.json``, in a fresh sandbox holding only this file,
+``python -I harness.py request.json result.json``, in a fresh sandbox holding only this file, ``isolation.py``,
 ``reference.py``, ``worker.py``, ``ops.py`` and the agent's ``kernel.py``. It reads the request (and the
 secret it signs its report with), deletes the request, the reference and itself, makes itself
-undumpable (so that no process of the same user can read its memory), and only then starts the
-candidate's process (``worker.py``). The candidate therefore never shares a process with the
-reference, the clock or the report:
+undumpable (so that no process of the same user can read or write its memory) and the subreaper of
+every process started below it, and only then starts the candidate's process (``worker.py``). The
+candidate therefore never shares a process with the reference, the clock, the checks or the report.
 
-- **correctness**: for every check seed, the worker runs the kernel on a fresh input set with NaN-
-  poisoned outputs and dumps inputs and outputs; the harness regenerates the same inputs itself and
-  compares with its float64 reference (per-dtype tolerances), checks that no NaN poison is left, that
-  in-place results are right and that every other input is unchanged;
-- **timing**: per timed shape, after a warm-up, blocks of calls on distinct fresh input sets, the eager reference here
-  and the kernel in the worker, interleaved and alternating which goes first, for several rounds; the
-  kernel's block is timed by this process's clock around the request (minus the median round trip of
-  an empty request) after the worker waits for the device; one randomly chosen set of every block is
-  checked, so a kernel that skips calls, or caches across calls, is caught; speedup = the fastest
-  block's eager time per call / the fastest block's kernel time per call, and the geometric mean over shapes;
-- **protocol**: requests are numbered and each reply must carry its request's number, once, so a kernel
-  that answers "done" for the worker (to stop the clock early) leaves an extra reply that is caught;
+What is trusted, and what the worker can and cannot do:
+
+- **memory**: every input and output tensor the kernel sees is allocated by this process, in memory it
+  maps itself and shares with the worker (on the CPU a sealed memfd, which neither side can shrink; on
+  CUDA a device buffer shared by its IPC handle). This process writes the inputs, poisons the outputs
+  with NaN and reads the results there itself; nothing comes back through the worker's serialisation,
+  and no function of the worker's process runs between the call and the check.
+- **stopped outside requests**: the worker's whole process tree (every descendant, its own session or
+  not, since orphans come back to this subreaper) is SIGSTOPped, and waited for until every thread is
+  stopped, the moment each reply arrives, and continued only to serve the next request. So no thread or
+  child of the kernel runs while this process fills inputs, reads outputs or times the eager reference:
+  work deferred past the reply (a background thread, a patched function the worker calls later, a forged
+  early reply) is not done when the outputs are read, and work ahead of a request has no inputs to work on.
+- **inputs**: the timed sets are drawn from a generator keyed by the run's secret, so no kernel can
+  compute them ahead from the public ``ops.py``, and every block brings new numbers into the same memory,
+  so a cache by address or content replays wrong results; the correctness sets use public seeds.
+- **correctness**: for every check seed the kernel runs on one fresh set; the harness compares every
+  output with its float64 reference (per-dtype tolerances), checks the in-place results and that every
+  other input is unchanged;
+- **timing**: per timed shape, after a warm-up, blocks of calls on distinct fresh sets, the eager
+  reference here and the kernel in the worker, interleaved and alternating which goes first, for several
+  rounds; the kernel's block is this process's clock around the ``run`` request (minus the least round
+  trip of an empty one); after each block, with the worker stopped, every set's outputs are checked free
+  of NaN poison and only then is one set drawn (from the secret-seeded RNG) and checked in full; speedup =
+  the fastest block's eager time per call / the fastest block's kernel time per call, geometric mean over shapes;
+- **roofline**: the device's memory bandwidth is measured here once per run (copies and reductions over
+  buffers from cache-sized to DRAM-sized, on one and on every core; the best of several); a kernel whose
+  time per call implies moving `ops.min_bytes` faster than ``roofline_slack`` (1.5) x that peak cannot
+  have done its work in the timed call, and is refused (``excessive_speedup``), as KernelBench flags
+  excessive speedups;
+- **protocol**: requests are numbered and each reply must carry its request's number, once; a forged
+  reply only stops the clock early on outputs that are then read unfinished, and the worker's own reply
+  left behind is caught;
 - **report**: ``result.json`` = the JSON body and its HMAC-SHA256 under the request's secret; the env
   refuses a report without a valid signature (the candidate can write files, not sign them).
 
-Known limit: the worker's process is the candidate's, so a kernel that both forges an early reply and
-suppresses the worker's own (by rewriting the worker's objects) stops the clock before its work is
-done; the random spot check then reads the outputs only after the worker answers the dump request.
-Closing that needs the outputs in memory the harness reads itself right after the clock stops
-(shared memory on the CPU, CUDA IPC on the GPU), not built yet.
+Not covered here: on CUDA, SIGSTOP stops the worker's threads, not kernels it already queued on the GPU;
+work launched asynchronously that outlives the reply can race with this process's reads (it is bounded
+by the roofline check, not excluded). Processes of the sandbox above this one (its init) are not
+stopped; the sandbox must keep them out of the worker's reach.
 """
 
 from __future__ import annotations
@@ -39,7 +59,6 @@ import json
 import math
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -49,16 +68,24 @@ from typing import Any
 
 HERE = Path.cwd()
 sys.path.insert(0, str(HERE))
+from isolation import Arena, ProcessTree, StopFailure  # noqa: E402  (beside this file; -I leaves the folder off the path)
+
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+Sets = list[tuple[dict[str, Any], dict[str, Any]]]   # call sets: (inputs with scalars, outputs), views of the arena
 
 
 class KernelFailure(Exception):
     """The kernel failed a check or its process failed; the message is for the agent."""
 
 
-def _undumpable() -> None:
+class ExcessiveSpeedup(KernelFailure):
+    """The kernel's timed calls are faster than the device can move the bytes its results need."""
+
+
+def _prctl(option: int, value: int) -> None:
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
 
 
 def _read_reference() -> str:
@@ -77,19 +104,31 @@ def _load_reference(text: str) -> Any:
 
 
 class Worker:
-    """The candidate's process and the request/reply protocol with it."""
+    """The candidate's process, the request/reply protocol with it, and its tree stopped between requests."""
 
-    def __init__(self, op: str, device: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-I", "worker.py", op, device], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
+    def __init__(self, op: str, device: str, arena: Arena) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-I", "worker.py", op, device, str(arena.fd), str(arena.size)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                     start_new_session=True, pass_fds=(arena.fd,) if arena.fd >= 0 else ())
+        self.tree = ProcessTree(self.proc.pid)
         self.turn = 0   # every request is numbered; a reply must carry its request's number, once
 
     def wait_ready(self) -> None:
-        self._reply("the import of kernel.py")
+        line = self._readline()
+        self._stop()
+        self._check(line, "the import of kernel.py")
 
-    def _reply(self, what: str) -> None:
+    def _stop(self) -> None:
+        try:
+            self.tree.stop()
+        except StopFailure as exc:
+            raise KernelFailure(str(exc)) from None
+
+    def _readline(self) -> str:
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+        return self.proc.stdout.readline()
+
+    def _check(self, line: str, what: str) -> None:
         if not line:
             code = self.proc.wait(timeout=5)
             raise KernelFailure(f"the kernel's process ended during {what} (exit code {code})")
@@ -105,25 +144,71 @@ class Worker:
         if reply != {"turn": self.turn, "ok": True}:
             raise KernelFailure(f"the kernel's process sent an unexpected reply during {what}: {line[:200]!r}")
 
-    def ask(self, cmd: str, **kw: Any) -> None:
+    def ask(self, cmd: str, **kw: Any) -> float:
+        """Send one request and wait for its reply; the seconds between the two (the tree runs only then)."""
         assert self.proc.stdin is not None
         self.turn += 1
+        text = json.dumps({"cmd": cmd, "turn": self.turn, **kw}) + "\n"
+        self.tree.resume()
         try:
-            self.proc.stdin.write(json.dumps({"cmd": cmd, "turn": self.turn, **kw}) + "\n")
+            t0 = time.perf_counter()
+            self.proc.stdin.write(text)
             self.proc.stdin.flush()
+            line = self._readline()
+            elapsed = time.perf_counter() - t0
         except (BrokenPipeError, OSError):
             raise KernelFailure(f"the kernel's process is gone (before {cmd})") from None
-        self._reply(cmd)
+        finally:
+            self._stop()
+        self._check(line, cmd)
+        return elapsed
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, 9)
+        self.tree.kill()
         self.proc.kill()
         self.proc.wait()
 
 
+def _rate(fn: Any, moved: int, reps: int, sync: Any) -> float:
+    """Bytes per second of ``reps`` calls of ``fn``, each moving ``moved`` bytes: the best of five timings."""
+    best = 0.0
+    for _ in range(5):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        best = max(best, moved * reps / max(time.perf_counter() - t0, 1e-9))
+    return best
+
+
+def peak_bandwidth(torch: Any, device: str, sync: Any) -> float:
+    """The most bytes per second this device moves: the best of copies (read + write) and sums (read).
+
+    Over buffers from cache-sized to DRAM-sized, on one core and on every core (a kernel may use them
+    all): the most lenient bound, since no correct kernel moves its bytes faster than the fastest level
+    of memory they can sit in.
+    """
+    sizes = [1 << 18, 1 << 21, 1 << 24, 1 << 26] if device == "cpu" else [1 << 24, 1 << 28, 1 << 30]
+    threads = torch.get_num_threads()
+    best = 0.0
+    try:
+        for n in sorted({1, os.cpu_count() or 1}) if device == "cpu" else [threads]:
+            torch.set_num_threads(n)
+            for size in sizes:
+                src = torch.ones(size // 4, dtype=torch.float32, device=device)
+                dst = torch.empty_like(src)
+                reps = max(1, (1 << 25 if device == "cpu" else 1 << 32) // size)
+                best = max(best, _rate(lambda s=src, d=dst: d.copy_(s), 2 * size, reps, sync),
+                           _rate(lambda s=src: s.sum(), size, reps, sync))
+    finally:
+        torch.set_num_threads(threads)
+    return best
+
+
 class Harness:
-    def __init__(self, req: dict[str, Any], reference: Any, rng: random.Random, worker: Worker) -> None:
+    def __init__(self, req: dict[str, Any], reference: Any, rng: random.Random, worker: Worker,
+                 arena: Arena) -> None:
         import ops
         import torch
 
@@ -131,44 +216,67 @@ class Harness:
         self.op, self.device = req["op"], req["device"]
         self.req = req
         self.sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
-        self.dump_path = str(HERE / "dump.pt")
         self.device_seconds = 0.0
-        self.worker = worker
+        self.worker, self.arena = worker, arena
+        self.key = f"{rng.getrandbits(64):016x}"     # salts the timed sets: no kernel can draw them ahead
+        self.mapped: tuple[str, int] | None = None
+        self.views: Sets = []
+        self.peak: float | None = None
+
+    # ---- the shared sets -------------------------------------------------------------------------------
+    def _map(self, shape: dict[str, Any], count: int) -> Sets:
+        """``count`` sets of ``shape`` in the shared memory, the worker viewing the same ones."""
+        if self.mapped != (json.dumps(shape, sort_keys=True), count):
+            need, _ = self.ops.block_layout(shape, count)
+            self.worker.ask("map", shape=shape, count=count, **self.arena.share(need))
+            self.views = self.ops.block_views(self.arena.buf, shape, count)
+            self.mapped = (json.dumps(shape, sort_keys=True), count)
+        return self.views
+
+    def _fill(self, views: Sets, shape: dict[str, Any], first: int, key: str) -> None:
+        """Fresh inputs into every set, NaN into every output (the worker is stopped meanwhile)."""
+        for k, (inp, out) in enumerate(views):
+            src = self.ops.make_inputs(shape, first + k, self.device, key)
+            for name, t in inp.items():
+                if isinstance(t, self.torch.Tensor):
+                    t.copy_(src[name])
+            for t in out.values():
+                t.fill_(math.nan)
+        self.sync()
 
     # ---- correctness -----------------------------------------------------------------------------------
-    def verify(self, worker: Worker, shape: dict[str, Any], first: int, pos: int) -> None:
-        """Check the worker's set ``pos`` (inputs ``first + pos``) after its call; `KernelFailure` says what is wrong."""
+    def check_block(self, views: Sets, shape: dict[str, Any], first: int, key: str) -> None:
+        """After a call, the worker stopped: no NaN poison left in any set, then one set drawn and checked in full."""
+        where = f"on {self.ops.describe(shape)}"
+        for k, (_, out) in enumerate(views):
+            for name, got in out.items():
+                nan = int(self.torch.isnan(got).sum())
+                if nan == got.numel():
+                    raise KernelFailure(f"{name} was never written {where} (set {k + 1} of {len(views)}): "
+                                        "it still holds the NaN poison")
+                if nan:
+                    raise KernelFailure(f"{nan} of {got.numel()} elements of {name} are NaN {where} (set {k + 1} "
+                                        f"of {len(views)}: not written, or computed as NaN)")
+        pos = self.rng.randrange(len(views))      # drawn only now, after the call and with the worker stopped
+        self.verify(views[pos], shape, first + pos, key)
+
+    def verify(self, view: tuple[dict[str, Any], dict[str, Any]], shape: dict[str, Any], index: int,
+               key: str) -> None:
+        """Check one set as the call left it in shared memory; `KernelFailure` says what is wrong."""
         torch, ops = self.torch, self.ops
-        index = first + pos
-        worker.ask("dump", index=pos, path=self.dump_path)
-        try:
-            raw = torch.load(self.dump_path, weights_only=True, map_location="cpu")
-        except Exception as exc:  # noqa: BLE001  (written by the candidate's process: anything can be in it)
-            raise KernelFailure(f"the kernel's outputs could not be read back: {type(exc).__name__}") from None
-        finally:
-            Path(self.dump_path).unlink(missing_ok=True)
-        if not (isinstance(raw, dict) and isinstance(raw.get("inputs"), dict) and isinstance(raw.get("outputs"), dict)):
-            raise KernelFailure("the kernel's outputs came back malformed")
-        inp = ops.make_inputs(shape, index, self.device)   # the worker's numbers, drawn again here
+        got_in, got_out = view
+        inp = ops.make_inputs(shape, index, self.device, key)   # the set's numbers, drawn again here
         expected = self.ref.reference64(self.op, inp)          # float64, on the device (fast on a GPU)
-        spec = ops.make_outputs(shape, "meta")
         atol, rtol = self.ref.TOLERANCES[shape["dtype"]]
         where = f"on {ops.describe(shape)}"
-        for name, want in spec.items():
-            got = raw["outputs"].get(name)
-            if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
-                raise KernelFailure(f"{name} is no longer a {want.dtype} tensor of shape {tuple(want.shape)} {where}")
-            self._compare(name, got.to(self.device), expected[name], atol, rtol, where)
+        for name, got in got_out.items():
+            self._compare(name, got, expected[name], atol, rtol, where)
         for name, before in inp.items():
             if not isinstance(before, torch.Tensor):
                 continue
-            after = raw["inputs"].get(name)
-            if not isinstance(after, torch.Tensor) or after.shape != before.shape or after.dtype != before.dtype:
-                raise KernelFailure(f"the input {name} changed its shape or dtype {where}")
-            after = after.to(self.device)
             if name in ops.INOUT.get(self.op, ()):
-                self._compare(f"{name} (updated in place)", after, expected[name], atol, rtol, where)
-            elif not torch.equal(after, before):
+                self._compare(f"{name} (updated in place)", got_in[name], expected[name], atol, rtol, where)
+            elif not torch.equal(got_in[name], before):
                 raise KernelFailure(f"the kernel changed its input {name} {where}; only the outputs"
                                     f"{' and ' + ', '.join(ops.INOUT[self.op]) if self.op in ops.INOUT else ''}"
                                     " may be written")
@@ -193,8 +301,8 @@ class Harness:
 
     # ---- timing ----------------------------------------------------------------------------------------
     def _reference_block(self, shape: dict[str, Any], count: int, first: int) -> float:
-        sets = [{**self.ops.make_inputs(shape, first + k, self.device), **self.ops.make_outputs(shape, self.device)}
-                for k in range(count)]
+        sets = [{**self.ops.make_inputs(shape, first + k, self.device, self.key),
+                 **self.ops.make_outputs(shape, self.device)} for k in range(count)]
         self.sync()
         t0 = time.perf_counter()
         for args in sets:
@@ -202,28 +310,25 @@ class Harness:
         self.sync()
         return time.perf_counter() - t0
 
-    def _kernel_block(self, worker: Worker, shape: dict[str, Any], count: int, first: int, noop: float) -> float:
-        worker.ask("prepare", shape=shape, first=first, count=count)
-        t0 = time.perf_counter()
-        worker.ask("run")
-        elapsed = time.perf_counter() - t0
-        self.verify(worker, shape, first, self.rng.randrange(count))
-        return max(elapsed - noop, 1e-7)
+    def kernel_block(self, shape: dict[str, Any], count: int, first: int, key: str) -> float:
+        """One block of ``count`` calls in the worker on fresh sets, checked: the seconds of its ``run`` request."""
+        views = self._map(shape, count)
+        self._fill(views, shape, first, key)
+        elapsed = self.worker.ask("run")
+        self.check_block(views, shape, first, key)
+        return elapsed
 
-    def time_shape(self, worker: Worker, shape: dict[str, Any]) -> dict[str, Any]:
+    def time_shape(self, shape: dict[str, Any]) -> dict[str, Any]:
         rounds, block_s = int(self.req["rounds"]), float(self.req["block_s"])
         cap = max(1, int(self.req["max_block_bytes"]) // max(self.ops.set_bytes(shape, self.device), 1))
-        noops = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            worker.ask("noop")
-            noops.append(time.perf_counter() - t0)
-        noop = statistics.median(noops)
-        first = 1000
+        # The least round trip of an empty request: subtracting more than a block's own overhead would turn
+        # noise into speedup (a median here moved by milliseconds on a loaded machine).
+        noop = min(self.worker.ask("noop") for _ in range(9))
+        first, key = 1000, self.key
         self._reference_block(shape, 1, first)                       # warm-up
-        self._kernel_block(worker, shape, 1, first, noop)
+        self.kernel_block(shape, 1, first, key)
         t_ref = self._reference_block(shape, 1, first + 1)           # the size of a block
-        t_ker = self._kernel_block(worker, shape, 1, first + 1, noop)
+        t_ker = self.kernel_block(shape, 1, first + 1, key) - noop
         n_ref = min(cap, max(1, math.ceil(block_s / max(t_ref, 1e-7))))
         n_ker = min(cap, max(1, math.ceil(block_s / max(t_ker, 1e-7))))
         ref_s, ker_s = [], []
@@ -235,39 +340,58 @@ class Harness:
                     t = self._reference_block(shape, n_ref, base)
                     ref_s.append(t / n_ref)
                 else:
-                    t = self._kernel_block(worker, shape, n_ker, base + 500, noop)
+                    t = self.kernel_block(shape, n_ker, base + 500, key)
                     ker_s.append(t / n_ker)
                 self.device_seconds += t
         # The fastest block of each: on a shared machine noise only ever adds time, so the minimum is the
         # most stable statistic (the median moved by 2x under load here); both sides get the same statistic.
-        ref, ker = min(ref_s), min(ker_s)
-        return {"seed": shape["seed"], "shape": self.ops.describe(shape), "reference_s": ref, "candidate_s": ker,
-                "speedup": ref / ker, "calls": [n_ref, n_ker]}
+        ref, raw = min(ref_s), min(ker_s)
+        ker = max(raw - noop / n_ker, 1e-9)
+        # The roofline takes the block's whole time, round trip included: an upper bound of the time per call,
+        # so no noise in the subtraction can make an honest kernel look too fast.
+        timing = {"seed": shape["seed"], "shape": self.ops.describe(shape), "reference_s": ref, "candidate_s": ker,
+                  "speedup": ref / ker, "calls": [n_ref, n_ker], "min_bytes": self.ops.min_bytes(shape),
+                  "bytes_per_s": self.ops.min_bytes(shape) / raw}
+        self._roofline(timing, raw)
+        return timing
+
+    def _roofline(self, timing: dict[str, Any], per_call: float) -> None:
+        """Refuse a time per call in which the device cannot have moved the bytes a correct call needs."""
+        if self.peak is None:
+            self.peak = peak_bandwidth(self.torch, self.device, self.sync)
+        slack = float(self.req["roofline_slack"])
+        if timing["bytes_per_s"] > slack * self.peak:
+            raise ExcessiveSpeedup(
+                f"excessive speedup on {timing['shape']}: {timing['speedup']:.1f}x eager, "
+                f"{per_call * 1e6:.2f} us per call with the harness's round trip, which would move the "
+                f"{timing['min_bytes']} bytes a correct call reads and writes at {timing['bytes_per_s'] / 1e9:.1f} "
+                f"GB/s, over {slack:g}x this device's measured peak of {self.peak / 1e9:.1f} GB/s: the timed calls "
+                "cannot have done the work")
 
     # ---- the whole measurement ---------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         ops = self.ops
         shapes = [ops.draw_shape(self.op, s, self.req["model"], self.req["scale"]) for s in self.req["check_seeds"]]
-        body: dict[str, Any] = {"correct": False, "error": None, "checked": [], "timings": [], "speedup": None}
-        worker = self.worker
+        body: dict[str, Any] = {"correct": False, "error": None, "checked": [], "timings": [], "speedup": None,
+                                "excessive_speedup": False}
         try:
-            worker.wait_ready()
-            for shape in shapes:           # correctness: one fresh set per seed, then the next seed
-                worker.ask("prepare", shape=shape, first=0, count=1)
-                worker.ask("run")
-                self.verify(worker, shape, 0, 0)
+            self.worker.wait_ready()
+            for shape in shapes:           # correctness: one fresh set per seed (public inputs), then the next seed
+                self.kernel_block(shape, 1, 0, "")
                 body["checked"].append(ops.describe(shape))
             body["correct"] = True
             for shape in shapes[: int(self.req["timed_shapes"])]:
-                body["timings"].append(self.time_shape(worker, shape))
+                body["timings"].append(self.time_shape(shape))
             speedups = [t["speedup"] for t in body["timings"]]
             body["speedup"] = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
         except KernelFailure as exc:
             body["correct"] = False
             body["error"] = str(exc)
+            body["excessive_speedup"] = isinstance(exc, ExcessiveSpeedup)
         finally:
-            worker.close()
+            self.worker.close()
         body["device_seconds"] = self.device_seconds
+        body["peak_bytes_per_s"] = self.peak
         return body
 
 
@@ -276,11 +400,16 @@ def main(argv: list[str]) -> int:
     req = json.loads(req_path.read_text())
     req_path.unlink()
     secret = bytes.fromhex(req.pop("secret"))
-    _undumpable()
+    _prctl(PR_SET_DUMPABLE, 0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
     reference_text = _read_reference()
-    worker = Worker(req["op"], req["device"])  # imports torch while this process does the same
+    # Room for the largest block: at most max_block_bytes of sets, their alignment padding well under as much again.
+    arena = Arena(req["device"], 2 * int(req["max_block_bytes"]) if req["device"] == "cpu" else 0)
+    worker = Worker(req["op"], req["device"], arena)  # imports torch while this process does the same
     reference = _load_reference(reference_text)
     import torch
+
+    arena.attach(torch)
 
     torch.set_num_threads(1)
     if req["device"] == "cuda" and not torch.cuda.is_available():
@@ -290,7 +419,7 @@ def main(argv: list[str]) -> int:
                                 "error": f"tier 'real' times on CUDA, but torch {torch.__version__} in the sandbox "
                                          f"sees no CUDA device (CUDA build: {torch.version.cuda})"}
     else:
-        body = Harness(req, reference, random.Random(secret), worker).run()
+        body = Harness(req, reference, random.Random(secret), worker, arena).run()
     text = json.dumps(body, sort_keys=True)
     mac = hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
     result_path.write_text(json.dumps({"body": text, "mac": mac}))
