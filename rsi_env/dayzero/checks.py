@@ -2,10 +2,14 @@
 
 The agent's ``spec.py`` and ``block.py`` run only in fresh sandboxes (`rsi_env.sandbox.fresh.run_harness`),
 through the harnesses `run_spec.py` and `run_block.py`; only their JSON output comes back and every
-value is validated here. The references live in ``catalog/code/dayzero/hidden`` (masked from every
-sandbox): ``reference_spec.py`` (standard library) is imported here; ``reference_block.py`` (torch) runs
-through the same harness as the agent's block in a sandbox of its own, so this process never imports
-torch and both blocks see bit-identical weights and inputs. Checks (one `CheckResult` each):
+value is validated here. Each sandbox shows only what its harness imports (`spec_profile`: the
+standard library; `block_profile`: torch and numpy), never the package nor any checkout, so no
+reference is in reach. The references live in ``catalog/code/dayzero/hidden``: ``reference_spec.py``
+(standard library) is imported here; ``reference_block.py`` (torch) runs through the same harness as
+the agent's block in a sandbox of its own, so this process never imports torch and both blocks see
+bit-identical weights and inputs. Every verdict compares what the agent's process reported with the
+reference's own answer, computed outside it (exactly, or within the tolerance): forging a pass needs
+that answer, which is the work. Checks (one `CheckResult` each):
 
 - ``loader: ModelSpec fields (<config>)`` for the full and the tiny config;
 - ``cost: param_count``, ``cost: flops_per_token``, ``cost: kv_bytes`` (both configs, every context of
@@ -35,10 +39,11 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import ReportErrors, run_agent_module, run_harness
-from rsi_env.sandbox.hidden import CODE_DIR, CheckResult, hidden_paths
+from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
+from rsi_env.sandbox.profile import Profile
 
-__all__ = ["FEATURES", "CheckResult", "DayZeroError", "Feature", "check_workspace", "load_feature", "model_spec",
-           "run_block", "run_spec"]
+__all__ = ["FEATURES", "CheckResult", "DayZeroError", "Feature", "block_profile", "check_workspace", "load_feature",
+           "model_spec", "run_block", "run_spec", "spec_profile"]
 
 ROOT = CODE_DIR / "dayzero"
 HIDDEN = ROOT / "hidden"
@@ -64,6 +69,16 @@ _BLOCK_ERRORS = ReportErrors(DayZeroError, timed_out=f"block.py did not finish w
                              missing="block.py produced no outputs",
                              not_json="block.py's outputs are not JSON (did it write over them?)",
                              raised="block.py could not be run")
+
+
+def spec_profile() -> Profile:
+    """What the loader's sandbox shows: the interpreter and its standard library (run_spec.py needs no more)."""
+    return Profile()
+
+
+def block_profile() -> Profile:
+    """What the block's sandbox shows: torch and numpy (run_block.py and a decoder layer need no more)."""
+    return Profile(packages=("torch", "numpy"))
 
 
 @dataclass(frozen=True)
@@ -98,8 +113,9 @@ def checks_spec() -> dict[str, Any]:
     return dict(yaml.safe_load((HIDDEN / "checks.yaml").read_text()))
 
 
-def _cached(key: str, make: Any) -> Any:
-    if key not in _CACHE:
+def _cached(key: str, make: Any, fresh: bool = False) -> Any:
+    """``make()``, remembered by ``key``; ``fresh`` makes it anew (a submission is judged from a clean start)."""
+    if fresh or key not in _CACHE:
         _CACHE[key] = make()
         if len(_CACHE) > 256:
             _CACHE.popitem(last=False)
@@ -120,16 +136,16 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def run_spec(source: str, configs: dict[str, dict[str, Any]], contexts: list[int], backend: str = "auto"
-             ) -> dict[str, dict[str, Any]]:
-    """``spec.py``'s answers for each config, validated; `DayZeroError` says what went wrong."""
+def run_spec(source: str, configs: dict[str, dict[str, Any]], contexts: list[int], backend: str = "auto",
+             fresh: bool = False) -> dict[str, dict[str, Any]]:
+    """``spec.py``'s answers for each config, validated; `DayZeroError` says what went wrong (``fresh``: see `_cached`)."""
     name = _backend(backend)
 
     def go() -> dict[str, dict[str, Any]]:
         data = run_agent_module(HERE / "run_spec.py", "spec.py", source,
                                 json.dumps({"configs": configs, "contexts": contexts}), _SPEC_ERRORS,
                                 input_file="configs.json", report="out.json", backend=name, timeout_s=SPEC_TIMEOUT_S,
-                                max_output=4096, limits=_SPEC_LIMITS, hidden=hidden_paths())
+                                max_output=4096, limits=_SPEC_LIMITS, profile=spec_profile())
         if not isinstance(data, dict) or set(data) != set(configs):
             raise DayZeroError("spec.py's answers do not cover exactly the configs asked for")
         for cname, ans in data.items():
@@ -143,7 +159,7 @@ def run_spec(source: str, configs: dict[str, dict[str, Any]], contexts: list[int
                     raise DayZeroError(f"{fn}({cname}, context_tokens) must return an int")
         return data
 
-    return _cached(_key("spec", name, source, configs, contexts), go)
+    return _cached(_key("spec", name, source, configs, contexts), go, fresh)
 
 
 def model_spec(fields: dict[str, Any], config: dict[str, Any], name: str) -> ModelSpec:
@@ -190,8 +206,8 @@ def block_cases(feature: Feature) -> list[dict[str, Any]]:
     return cases
 
 
-def run_block(source: str, config: dict[str, Any], cases: list[dict[str, Any]], backend: str = "auto"
-              ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def run_block(source: str, config: dict[str, Any], cases: list[dict[str, Any]], backend: str = "auto",
+              fresh: bool = False) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Outputs of ``source``'s decoder_layer per case, and the cases it failed on (with the error)."""
     name = _backend(backend)
 
@@ -199,7 +215,7 @@ def run_block(source: str, config: dict[str, Any], cases: list[dict[str, Any]], 
         data = run_harness({"block.py": source, "run_block.py": (HERE / "run_block.py").read_text(),
                             "cases.json": json.dumps({"config": config, "cases": cases})},
                            "{python} -I run_block.py cases.json out.json", "out.json", _BLOCK_ERRORS, backend=name,
-                           timeout_s=BLOCK_TIMEOUT_S, max_output=4096, limits=_BLOCK_LIMITS, hidden=hidden_paths())
+                           timeout_s=BLOCK_TIMEOUT_S, max_output=4096, limits=_BLOCK_LIMITS, profile=block_profile())
         if not isinstance(data, dict) or not isinstance(data.get("outputs"), dict) or not isinstance(
                 data.get("errors"), dict):
             raise DayZeroError("block.py's outputs file is malformed (did it write over it?)")
@@ -216,7 +232,7 @@ def run_block(source: str, config: dict[str, Any], cases: list[dict[str, Any]], 
                 errors[c["id"]] = "the output is not a numeric tensor"
         return outs, errors
 
-    return _cached(_key("block", name, source, config, cases), go)
+    return _cached(_key("block", name, source, config, cases), go, fresh)
 
 
 def reference_outputs(feature: Feature, backend: str = "auto") -> dict[str, np.ndarray]:
@@ -243,13 +259,13 @@ def _compare(got: np.ndarray, want: np.ndarray, tol: dict[str, float]) -> str:
 
 
 # ---- all checks -------------------------------------------------------------------------------------
-def spec_checks(source: str, feature: Feature, backend: str = "auto") -> list[CheckResult]:
+def spec_checks(source: str, feature: Feature, backend: str = "auto", fresh: bool = False) -> list[CheckResult]:
     """The loader and cost checks on the full and tiny configs."""
     spec, ref = checks_spec(), reference_spec()
     configs = {"config.json": feature.config, "tiny/config.json": feature.tiny}
     contexts = [int(c) for c in spec["contexts"]]
     try:
-        got = run_spec(source, configs, contexts, backend)
+        got = run_spec(source, configs, contexts, backend, fresh)
     except DayZeroError as exc:
         return [CheckResult("loader runs", False, str(exc))]
     out = []
@@ -276,10 +292,10 @@ def spec_checks(source: str, feature: Feature, backend: str = "auto") -> list[Ch
     return out
 
 
-def block_checks(source: str, feature: Feature, backend: str = "auto") -> list[CheckResult]:
+def block_checks(source: str, feature: Feature, backend: str = "auto", fresh: bool = False) -> list[CheckResult]:
     cases = block_cases(feature)
     try:
-        outs, errors = run_block(source, feature.tiny, cases, backend)
+        outs, errors = run_block(source, feature.tiny, cases, backend, fresh)
     except DayZeroError as exc:
         return [CheckResult("block runs", False, str(exc))]
     want, tol = reference_outputs(feature, backend), checks_spec()["tolerance"]
@@ -291,10 +307,10 @@ def block_checks(source: str, feature: Feature, backend: str = "auto") -> list[C
     return out
 
 
-def check_workspace(spec_source: str, block_source: str, feature: Feature, backend: str = "auto"
-                    ) -> list[CheckResult]:
-    """Every hidden check of the workspace's ``spec.py`` and ``block.py``."""
-    return spec_checks(spec_source, feature, backend) + block_checks(block_source, feature, backend)
+def check_workspace(spec_source: str, block_source: str, feature: Feature, backend: str = "auto",
+                    fresh: bool = False) -> list[CheckResult]:
+    """Every hidden check of the workspace's ``spec.py`` and ``block.py`` (``fresh``: nothing remembered is reused)."""
+    return spec_checks(spec_source, feature, backend, fresh) + block_checks(block_source, feature, backend, fresh)
 
 
 def fraction_passed(results: list[CheckResult], total: int) -> float:

