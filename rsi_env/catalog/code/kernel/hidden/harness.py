@@ -34,19 +34,25 @@ What is trusted, and what the worker can and cannot do:
   the fastest block's eager time per call / the fastest block's kernel time per call, geometric mean over shapes;
 - **roofline**: the device's memory bandwidth is measured here once per run (copies and reductions over
   buffers from cache-sized to DRAM-sized, on one and on every core; the best of several); a kernel whose
-  time per call implies moving `ops.min_bytes` faster than ``roofline_slack`` (1.5) x that peak cannot
-  have done its work in the timed call, and is refused (``excessive_speedup``), as KernelBench flags
-  excessive speedups;
+  time per call (its fastest block's whole request, round trip included, so that no noise in the
+  subtraction can flag an honest kernel) implies moving `ops.min_bytes` faster than ``roofline_slack``
+  (1.5) x that peak cannot have done its work in the timed call, and is refused (``excessive_speedup``),
+  as KernelBench flags excessive speedups;
 - **protocol**: requests are numbered and each reply must carry its request's number, once; a forged
   reply only stops the clock early on outputs that are then read unfinished, and the worker's own reply
   left behind is caught;
 - **report**: ``result.json`` = the JSON body and its HMAC-SHA256 under the request's secret; the env
   refuses a report without a valid signature (the candidate can write files, not sign them).
 
-Not covered here: on CUDA, SIGSTOP stops the worker's threads, not kernels it already queued on the GPU;
-work launched asynchronously that outlives the reply can race with this process's reads (it is bounded
-by the roofline check, not excluded). Processes of the sandbox above this one (its init) are not
-stopped; the sandbox must keep them out of the worker's reach.
+Not covered here:
+- on CUDA, SIGSTOP stops the worker's threads, not kernels it already queued on the GPU: work launched
+  asynchronously that outlives the reply can race with this process's reads (bounded by the roofline
+  check, not excluded). The CUDA path (IPC buffer, device copies) follows the CPU one but has not yet
+  run on a GPU;
+- one set per block is checked in full (every set for poison): a kernel that writes wrong finite values
+  into a fraction f of its sets escapes all n blocks of a run with probability (1 - f) ** n;
+- processes of the sandbox above this one (its init) are not stopped; the sandbox must keep them out of
+  the worker's reach (this process is exec'd by the sandbox's shell, so no shell stays between).
 """
 
 from __future__ import annotations
