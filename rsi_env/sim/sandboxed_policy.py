@@ -1,12 +1,13 @@
 """Evaluating an agent's ``policy.py`` in a fresh sandbox: its keys for every request, validated.
 
-The policy file and its driver (`rsi_env.sim.run_policy`, standard library only) are copied into a new
-folder with the requests (and a fresh secret); a new sandbox of the chosen backend runs the driver
-there (`run_harness`), which asks the policy for its keys in a process of its own, one request at a
-time, and signs what it got. Only the signed keys file comes back: its signature and every number in
-it are checked (`PolicyKeys.parse`). Results are cached by the policy's exact text, the requests and
-the backend: a policy must give the same keys every time (submit verifies that on uncached runs), so
-a repeated measurement costs nothing.
+The policy file, its driver (`rsi_env.sim.run_policy`) and its server (`rsi_env.sim.policy_server`),
+both standard library only, are copied into a new folder with the requests (and a fresh secret); a
+new sandbox of the chosen backend runs the driver there (`run_harness`), which asks the policy for
+its keys in a process of its own, one request at a time, and signs what it got. Only the signed
+keys file comes back: its signature and every number in it are checked (`PolicyKeys.parse`).
+Results are cached by the policy's exact text, the requests and the backend: a policy must give the
+same keys every time (submit verifies that on uncached runs), so a repeated measurement costs
+nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rsi_env.sim.policy_hook import REQUEST_FIELDS, PolicyError, PolicyKeys
 __all__ = ["policy_keys"]
 
 DRIVER = Path(__file__).with_name("run_policy.py")
+SERVER = Path(__file__).with_name("policy_server.py")
 POLICY_FILE = "policy.py"
 KEYS_TIMEOUT_S = 10.0
 _LIMITS = Limits(cpu_s=10, memory_bytes=2 << 30, file_bytes=64 << 20, max_procs=32)
@@ -60,7 +62,8 @@ def _signed_keys(source: str, tables: list[list[dict[str, Any]]], backend: str) 
     """The driver's keys for ``tables`` (sent unnamed, contract fields only), its signature checked."""
     secret = secrets.token_hex(32)
     request = {"secret": secret, "tables": [[{f: r[f] for f in REQUEST_FIELDS} for r in t] for t in tables]}
-    files = {POLICY_FILE: source, DRIVER.name: DRIVER.read_text(), "requests.json": json.dumps(request)}
+    files = {POLICY_FILE: source, DRIVER.name: DRIVER.read_text(), SERVER.name: SERVER.read_text(),
+             "requests.json": json.dumps(request)}
     report = run_harness(files, f"{{python}} -I {DRIVER.name} {POLICY_FILE} requests.json keys.json", "keys.json",
                          _ERRORS, backend=backend, timeout_s=KEYS_TIMEOUT_S, max_output=4096, limits=_LIMITS,
                          hidden=hidden_paths())

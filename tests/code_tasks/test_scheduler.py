@@ -192,7 +192,7 @@ def test_keys_at_submission_must_be_the_keys_measured(small_checks):
 
 
 def test_the_driver_sends_the_contract_s_fields():
-    from rsi_env.sim import policy_hook, run_policy  # run_policy is standard library only: it keeps its own copy
+    from rsi_env.sim import policy_hook, run_policy  # the driver is standard library only: it keeps its own copy
 
     assert run_policy.FIELDS == policy_hook.REQUEST_FIELDS
 
