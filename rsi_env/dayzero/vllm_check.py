@@ -57,6 +57,7 @@ _VERDICTS: dict[str, VllmCheck] = {}
 _PLUGIN_META = "Metadata-Version: 2.1\nName: rsi-dayzero-plugin\nVersion: 0\n"
 _LOG_PREFIX = re.compile(r"^\(\w+ pid=\d+\) (?:[A-Z]+ \S+ \S+ \[[^\]]*\] ?)?")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit): \S")
+_CPU_TOPOLOGY = ("/sys/devices/system/cpu", "/sys/devices/system/node")
 _NOT_ROOT = ("EngineDeadError", "Engine core initialization failed", "object is not callable")
 
 
@@ -82,10 +83,13 @@ def vllm_profile() -> Profile:
     """What vLLM's sandbox shows: vLLM with what it requires, the driver's PyYAML and numpy, a runtime of the package.
 
     The runtime has no shadowed module (the driver needs the package as it is, less its hidden parts);
-    the NVIDIA device nodes are bound where the machine has them.
+    the NVIDIA device nodes are bound where the machine has them, and the CPU topology of ``/sys``
+    (vLLM's CPU backend runs ``lscpu``). ``uvloop`` is named because vLLM's engine imports it but
+    requires it only through ``fastapi[standard]``, an extra a profile does not follow.
     """
-    return Profile(packages=(vllm_distribution(), "PyYAML", "numpy"), paths=(str(package_runtime()),),
-                   gpu=Path("/dev/nvidiactl").exists())
+    topology = tuple(d for d in _CPU_TOPOLOGY if Path(d).is_dir())
+    return Profile(packages=(vllm_distribution(), "uvloop", "PyYAML", "numpy"),
+                   paths=(str(package_runtime()), *topology), gpu=Path("/dev/nvidiactl").exists())
 
 
 def prompts(vocab: int) -> list[list[int]]:
