@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import string
 import uuid
+import warnings
 import weakref
 from dataclasses import replace
 from pathlib import Path
@@ -35,8 +36,10 @@ from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import ActionError, InvalidConfigError, RsiEnvError, WorkloadError, YamlError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict
-from rsi_env.sandbox import EditError, ShellResult, Workspace, run_shell
+from rsi_env.sandbox import EditError, ShellResult, Workspace
 from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
+from rsi_env.sandbox.local import UNCONTAINED
+from rsi_env.sandbox.profile import Profile
 from rsi_env.store.cost import CostMeter
 from rsi_env.store.record import record_episode, recording
 
@@ -89,8 +92,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
-    max_measurements=None, shell_timeout_s=10.0, promote_on_submit=False, warm_start=False)``, and
-    ``sandbox="auto"`` on code tasks:
+    max_measurements=None, shell_timeout_s=10.0, promote_on_submit=False, warm_start=False,
+    sandbox="auto")``:
     ``model``/``hardware`` default to the task's;
     ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
     on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
@@ -104,9 +107,11 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     still counts against vLLM's defaults; every proposal is in ``info["warm_start"]``); a dict starts
     from that configuration (``state()`` records the one used, so a replay starts where the episode did).
     Every measurement and episode is recorded in the experience store (``RSI_ENV_STORE``; ``off`` disables).
-    A code task (``sandboxed``) runs shell commands in a sandbox of its own per episode, of the backend
-    ``sandbox`` names (``"auto"``: the strongest this machine has; ``info["sandbox"]`` says which);
-    a flag task runs each under bubblewrap (`rsi_env.sandbox.run_shell`).
+    Every task runs shell commands in a sandbox of its own per episode, of the backend ``sandbox`` names
+    (``"auto"``: the strongest containing one this machine has, never ``"local"``; ``info["sandbox"]``
+    says which), showing what the task's `sandbox_profile` allows (`rsi_env.sandbox.profile`). A code
+    task (``sandboxed``) also measures in sandboxes, so it refuses to start without a backend; a flag task
+    then refuses only its shell commands, with the reason.
 
     ## Action Space
 
@@ -133,8 +138,9 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     task_id: str = ""
     # Whether the real tier measures what the agent changes (False where the change runs on sim only).
     promotable: bool = True
-    # Code tasks: the agent's shell commands run in an `EpisodeSandbox` (backend from ``sandbox=``), opened at
-    # reset over the episode's workspace and closed with the episode. Flag tasks use stateless `run_shell`.
+    # Code tasks measure the agent's code in sandboxes: without a sandbox backend they cannot run at all. Every
+    # task's shell commands run in an `EpisodeSandbox` (backend from ``sandbox=``), opened at reset over the
+    # episode's workspace and closed with the episode.
     sandboxed: bool = False
     # A folder of the task's own workloads (``<name>.yaml``), looked up before the catalog's frozen ones.
     workload_dir: Path | None = None
@@ -151,10 +157,15 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._held = _Held()
         weakref.finalize(self, self._held.close)  # an env dropped without close() leaves no workspace behind
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
-        if self.sandboxed:
+        self.no_sandbox: str | None = None  # why shell commands are refused (a flag task on a machine without one)
+        try:
             self.sandbox_backend = resolve_backend(sandbox)
-        elif sandbox != "auto":
-            raise RsiEnvError(f"{self.task.id} runs shell commands under bubblewrap: sandbox= is for code tasks")
+        except RsiEnvError as exc:
+            if self.sandboxed or sandbox != "auto":
+                raise
+            self.sandbox_backend, self.no_sandbox = "none", str(exc)
+        if self.sandbox_backend == "local":
+            warnings.warn(f"{self.task.id}: {UNCONTAINED}", RuntimeWarning, stacklevel=2)
         self.episode_sandbox = None
         self._in_reset = False  # True while reset() measures the baseline (a code task's starting code, then)
         if allow_fp8 is not None:
@@ -168,9 +179,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                        "engine_version": engine_version, "num_gpus": num_gpus, "allow_fp8": allow_fp8,
                        "max_measurements": max_measurements,
                        "shell_timeout_s": shell_timeout_s, "promote_on_submit": promote_on_submit,
-                       "warm_start": warm_start}
-        if self.sandboxed:
-            self.kwargs["sandbox"] = sandbox
+                       "warm_start": warm_start, "sandbox": sandbox}
         self.warm_start = warm_start
         self.tier_name = tier
         if promote_on_submit and tier != "sim":
@@ -281,8 +290,9 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         for r in self.rewards:
             r.reset()
         self.workspace = Workspace(self.task.editable_files)
-        if self.sandboxed:  # started by its first command: an episode that runs none pays nothing
-            self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root)
+        if self.no_sandbox is None:  # started by its first command: an episode that runs none pays nothing
+            self.episode_sandbox = EpisodeSandbox(self.sandbox_backend, self.workspace.root,
+                                                  profile=self.sandbox_profile())
 
     def _close_episode(self) -> None:
         self._record_episode()
@@ -377,13 +387,15 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._close_episode()
 
     # ---- actions ----------------------------------------------------------------------------------
+    def sandbox_profile(self) -> Profile:
+        """What the agent's shell sees besides its workspace: the interpreter and the standard library here."""
+        return Profile()
+
     def _run_shell(self, command: str) -> ShellResult:
-        """Run an agent's command: in the episode's sandbox (code tasks), else under bubblewrap in the workspace."""
-        if self.sandboxed:
-            assert self.episode_sandbox is not None
-            return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
-        assert self.workspace is not None
-        return run_shell(command, self.workspace.root, timeout_s=self.shell_timeout_s)
+        """Run an agent's command in the episode's sandbox; refused, with the reason, where there is none."""
+        if self.episode_sandbox is None:
+            return ShellResult(None, "", error=f"refused: {self.no_sandbox}", backend=None)
+        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
 
     def _normalise(self, action: dict[str, Any]) -> dict[str, Any]:
         """The action as plain values, every field given (`rsi_env.envs.actions`); `ActionError` naming a bad field."""
@@ -596,9 +608,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         info: dict[str, Any] = {"task": self.task.id, "config": self.config.to_dict(only_set=True), "score": self.last_score,
                 "best_score": self.best_score, "measurements": self.measurements, "steps": self.steps,
                 "telemetry": [t.to_dict() for t in self.last_tels], "verdict": self._verdict_info(),
-                "promotion": self.promotion}
-        if self.sandboxed:
-            info["sandbox"] = self.sandbox_backend
+                "promotion": self.promotion, "sandbox": self.sandbox_backend}
         return info
 
     def _verdict_info(self) -> dict[str, Any] | None:

@@ -9,11 +9,12 @@ import numpy as np
 
 from rsi_env.engine.model import load_model
 from rsi_env.envs.core import RsiEnv, _clean
-from rsi_env.envs.kernel_tier import KERNEL_DIR, KernelResult, measure_kernel
+from rsi_env.envs.kernel_tier import KERNEL_DIR, KernelResult, kernel_profile, measure_kernel
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward import MeasureEvent, SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
 
 __all__ = ["KernelEnv", "OPS", "KERNEL_FIELDS"]
@@ -157,6 +158,10 @@ class KernelEnv(RsiEnv):
 
     def _episode_extra(self) -> dict[str, Any]:
         return {"op": self.op, "model": self.model_name, "tier": self.tier_name, "device": self.device}
+
+    def sandbox_profile(self) -> Profile:
+        """The agent's shell sees what the harness's sandbox does: torch and numpy (and the GPU on the real tier)."""
+        return kernel_profile(self.device)
 
     def kernel_source(self) -> str:
         assert self.workspace is not None

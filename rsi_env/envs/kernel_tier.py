@@ -25,7 +25,7 @@ from typing import Any
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
-from rsi_env.sandbox.hidden import CODE_DIR, hidden_paths
+from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.profile import Profile
 
 __all__ = ["KernelResult", "measure_kernel", "HARNESS_TIMEOUT_S"]
@@ -133,7 +133,7 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
     try:
         run = run_fresh(files, "exec {python} -I harness.py request.json result.json", backend=name,
                         timeout_s=HARNESS_TIMEOUT_S, max_output=8192, read=["result.json"], limits=_LIMITS[scale],
-                        hidden=hidden_paths(), profile=kernel_profile(device))
+                        profile=kernel_profile(device))
     except Exception as exc:  # noqa: BLE001  (the sandbox itself failed, e.g. the Docker engine went away)
         return _failed(f"the {name} sandbox failed before the kernel was measured: {type(exc).__name__}: "
                        f"{str(exc)[:300]}", setup=True)

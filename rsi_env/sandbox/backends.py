@@ -7,7 +7,6 @@ contains nothing) is never chosen by ``"auto"``: a caller gets it only by naming
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from rsi_env.errors import RsiEnvError
@@ -38,7 +37,7 @@ def default_backend() -> str:
 
 
 def make_sandbox(backend: str, workspace: Path | str, *, limits: Limits | None = None,
-                 hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> Sandbox:
+                 profile: Profile | None = None) -> Sandbox:
     """A sandbox of ``backend`` (``"auto"`` = the strongest available) over ``workspace``, showing ``profile``."""
     name = default_backend() if backend == "auto" else backend
     cls = BACKENDS.get(name)
@@ -47,10 +46,10 @@ def make_sandbox(backend: str, workspace: Path | str, *, limits: Limits | None =
     why = cls.unavailable()
     if why is not None:
         raise RsiEnvError(f"sandbox backend {name!r} is not available: {why}")
-    return cls(workspace, limits=limits, hidden=hidden, profile=profile)
+    return cls(workspace, limits=limits, profile=profile)
 
 
 def default_sandbox(workspace: Path | str, *, limits: Limits | None = None,
-                    hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> Sandbox:
+                    profile: Profile | None = None) -> Sandbox:
     """A sandbox of the strongest backend available; its ``backend`` attribute says which."""
-    return make_sandbox("auto", workspace, limits=limits, hidden=hidden, profile=profile)
+    return make_sandbox("auto", workspace, limits=limits, profile=profile)

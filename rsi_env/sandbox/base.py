@@ -95,8 +95,7 @@ class Sandbox(ABC):
     """Runs commands in one workspace until closed, showing them only what ``profile`` allows.
 
     ``profile`` (`rsi_env.sandbox.profile.Profile`) is the allowlist of what is visible read-only
-    besides the workspace; ``hidden`` are host paths masked even where a profile path holds them
-    (defence in depth: no profile of the package's binds a hidden check).
+    besides the workspace. Nothing else of the host is there to hide: what is not listed is not visible.
     """
 
     backend: ClassVar[str] = ""
@@ -109,7 +108,6 @@ class Sandbox(ABC):
         if not self.workspace.is_dir():
             raise FileNotFoundError(f"sandbox workspace {self.workspace} is not a directory")
         self.limits = limits or Limits()
-        self.hidden = tuple(Path(p).resolve() for p in hidden if Path(p).exists())
         self.profile = profile or Profile()
         self.closed = False
 

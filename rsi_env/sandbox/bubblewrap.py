@@ -4,7 +4,7 @@ Each command runs under ``bwrap`` in new mount, PID, network, IPC and UTS namesp
 empty tmpfs holding only what `rsi_env.sandbox.profile.Profile` lists, read-only, plus a private
 ``/tmp`` (a tmpfs of `Limits.tmp_bytes`), a minimal ``/dev`` with a ``/dev/shm`` of the same size (shared
 memory, charged to the memory cgroup), and ``/proc``, and the workspace, the one
-writable bind; ``hidden`` paths are masked on top. The command runs as ``nobody``: when the env runs
+writable bind. The command runs as ``nobody``: when the env runs
 as root, ``bwrap`` builds the root with root's rights (so an interpreter under ``/root`` can be bound)
 and ``setpriv`` drops to uid/gid 65534 with no capabilities and ``no_new_privs`` before the command
 starts, a real unprivileged user on the host (no user namespace maps it back to root); otherwise
@@ -95,8 +95,6 @@ class BubblewrapSandbox(Sandbox):
         tmp = ["--size", str(self.limits.tmp_bytes), "--perms", "1777", "--tmpfs"]
         argv = [bwrap, "--dev", "/dev", *tmp, "/dev/shm", "--proc", "/proc", *tmp, "/tmp"]
         argv += _mount_args([*self.profile.mounts(), Mount("rw", ws, ws)])
-        for p in self.hidden:
-            argv += ["--tmpfs", str(p)] if p.is_dir() else ["--ro-bind", "/dev/null", str(p)]
         argv += [*_unshare(), "--die-with-parent", "--new-session", "--chdir", ws]
         if os.geteuid() == 0:  # bwrap keeps what setpriv needs; setpriv drops it all before the command starts
             keep = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH")

@@ -4,7 +4,7 @@ The container runs the image of `rsi_env.sandbox.docker_image` (busybox only) as
 read-only root, no network, every capability dropped, ``no-new-privileges``, a memory limit (no swap
 on top), a CPU share, a PID limit and file-size/CPU-time ulimits; ``/tmp`` is a private tmpfs of
 `Limits.tmp_bytes`. The workspace is bound read-write at its own path, and the profile's allowlist
-(`rsi_env.sandbox.profile`) read-only; ``hidden`` paths are masked by empty tmpfs. A command is a ``docker
+(`rsi_env.sandbox.profile`) read-only. A command is a ``docker
 exec`` read through the ``docker`` package with a deadline and an output cap; after each command every
 process but the container's init is killed, so nothing outlives a command. The container is removed
 on :meth:`close`. Needs the ``docker`` Python package and a running Docker engine.
@@ -76,7 +76,7 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, workspace: Path | str, *, limits: Limits | None = None, hidden: Sequence[Path | str] = (),
                  profile: Profile | None = None, image: str = IMAGE) -> None:
-        super().__init__(workspace, limits=limits, hidden=hidden, profile=profile)
+        super().__init__(workspace, limits=limits, profile=profile)
         import docker
 
         self._client = docker_client()
@@ -85,8 +85,6 @@ class DockerSandbox(Sandbox):
         ws = str(self.workspace)
         volumes, tmpfs, devices = _volumes(self.profile, ws)
         tmpfs["/tmp"] = f"size={lim.tmp_bytes}"  # Docker copies the image's /tmp (mode 1777) into it
-        for p in self.hidden:
-            tmpfs[str(p)] = "size=64k,mode=755"
         self.environ = sandbox_environ(self.workspace)
         try:
             self._container = self._client.containers.run(

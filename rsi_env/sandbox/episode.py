@@ -3,7 +3,7 @@
 An env holds one per episode over the episode's workspace: the backend is chosen once (the strongest
 available unless the env was told otherwise), the sandbox itself is made on the first shell command
 (a Docker container costs a fraction of a second; episodes that never run a command pay nothing), it
-masks the hidden checks (`rsi_env.sandbox.hidden`), and it is closed with the episode.
+shows what its profile allows (`rsi_env.sandbox.profile`), and it is closed with the episode.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.backends import BACKENDS, default_backend, make_sandbox
 from rsi_env.sandbox.base import Limits, Sandbox, ShellResult
-from rsi_env.sandbox.hidden import hidden_paths
 from rsi_env.sandbox.profile import Profile
 
 __all__ = ["EpisodeSandbox", "resolve_backend"]
@@ -43,7 +42,7 @@ class EpisodeSandbox:
         """Run an agent's command; a sandbox that cannot start comes back as an error, never raised."""
         if self._sandbox is None:
             try:
-                self._sandbox = make_sandbox(self.backend, self.workspace, limits=self.limits, hidden=hidden_paths(),
+                self._sandbox = make_sandbox(self.backend, self.workspace, limits=self.limits,
                                              profile=self.profile)
             except RsiEnvError as exc:
                 return ShellResult(None, "", error=f"refused: {exc}", backend=self.backend)

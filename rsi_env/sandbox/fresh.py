@@ -34,11 +34,16 @@ class FreshRun:
 
     result: ShellResult
     outputs: dict[str, bytes | None] = field(default_factory=dict)
+    root: str = ""  # the folder it ran in (gone now), which `run_harness` keeps out of the messages it raises
+
+    def anonymous(self, text: str) -> str:
+        """``text`` with the run's random folder written as ``.``, so that the same run always reads the same."""
+        return text.replace(f"{self.root}/", "./").replace(self.root, ".") if self.root else text
 
 
 def run_fresh(files: Mapping[str, str | bytes], command: str, *, backend: str = "auto", timeout_s: float = 60.0,
               max_output: int = 16384, read: Sequence[str] = (), limits: Limits | None = None,
-              hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> FreshRun:
+              profile: Profile | None = None) -> FreshRun:
     """Write ``files`` into a new folder, run ``command`` there in a new sandbox showing ``profile``, read back ``read``.
 
     ``command`` may use ``{python}``: the interpreter of the sandbox.
@@ -52,14 +57,14 @@ def run_fresh(files: Mapping[str, str | bytes], command: str, *, backend: str = 
                 p.write_bytes(content)
             else:
                 p.write_text(content)
-        with make_sandbox(backend, root, limits=limits, hidden=hidden, profile=profile) as sb:
+        with make_sandbox(backend, root, limits=limits, profile=profile) as sb:
             res = sb.run(command.replace("{python}", sb.python), timeout_s=timeout_s, max_output=max_output)
         outputs: dict[str, bytes | None] = {}
         for rel in read:
             p = root / rel
             ok = p.is_file() and not p.is_symlink() and p.resolve().parent == root and p.stat().st_size <= MAX_READ_BYTES
             outputs[rel] = p.read_bytes() if ok else None
-        return FreshRun(res, outputs)
+        return FreshRun(res, outputs, str(root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -77,7 +82,7 @@ class ReportErrors:
 
 def run_harness(files: Mapping[str, str | bytes], command: str, report: str, errors: ReportErrors, *,
                 backend: str = "auto", timeout_s: float = 60.0, max_output: int = 16384, limits: Limits | None = None,
-                hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> Any:
+                profile: Profile | None = None) -> Any:
     """Run a trusted harness in a fresh sandbox (`run_fresh`) and return its JSON ``report``, parsed.
 
     A timeout, a missing report, a report that is not JSON and a report of ``{"error": ...}`` raise
@@ -85,25 +90,25 @@ def run_harness(files: Mapping[str, str | bytes], command: str, report: str, err
     ran the agent's code: the caller validates it.
     """
     run = run_fresh(files, command, backend=backend, timeout_s=timeout_s, max_output=max_output, read=[report],
-                    limits=limits, hidden=hidden, profile=profile)
+                    limits=limits, profile=profile)
     res, raw = run.result, run.outputs.get(report)
     if res.timed_out:
         raise errors.error(errors.timed_out)
     if raw is None:
-        raise errors.error(f"{errors.missing} ({res.summary().strip()[:600]})")
+        raise errors.error(f"{errors.missing} ({run.anonymous(res.summary().strip())[:600]})")
     try:
-        data = json.loads(raw)
+        data = json.loads(run.anonymous(raw.decode(errors="replace")))
     except ValueError:
         raise errors.error(errors.not_json) from None
     if isinstance(data, dict) and "error" in data:
-        raise errors.error(f"{errors.raised}:\n{str(data['error'])[-1200:]}")
+        raise errors.error(f"{errors.raised}:\n{run.anonymous(str(data['error']))[-1200:]}")
     return data
 
 
 def run_agent_module(harness: Path, agent_file: str, source: str, inputs: str, errors: ReportErrors, *,
                      input_file: str = "input.json", report: str = "report.json", backend: str = "auto",
                      timeout_s: float = 60.0, max_output: int = 16384, limits: Limits | None = None,
-                     hidden: Sequence[Path | str] = (), profile: Profile | None = None) -> Any:
+                     profile: Profile | None = None) -> Any:
     """``harness``'s answer (see `rsi_env.sandbox.agent_runner`) with ``source`` as ``agent_file``, on ``inputs``.
 
     ``inputs`` (JSON text) is written as ``input_file``, the answer read from ``report``. It runs in a
@@ -113,4 +118,4 @@ def run_agent_module(harness: Path, agent_file: str, source: str, inputs: str, e
              input_file: inputs}
     return run_harness(files, f"{{python}} -I {AGENT_RUNNER.name} {harness.name} {agent_file} {input_file} {report}",
                        report, errors, backend=backend, timeout_s=timeout_s, max_output=max_output, limits=limits,
-                       hidden=hidden, profile=profile)
+                       profile=profile)

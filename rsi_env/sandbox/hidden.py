@@ -1,8 +1,7 @@
-"""Paths an agent's sandbox must not see: hidden checks, reference data, the project's own tests.
+"""Where the code tasks keep what an agent must not see, and the result of one hidden check.
 
-Code tasks keep their hidden checks and references in ``rsi_env/catalog/code`` and their reference
-solutions in the tests; a sandbox that shows the host's filesystem (bubblewrap) masks both, and the
-Docker sandbox masks them inside the read-only package it binds.
+Hidden checks and references live in ``rsi_env/catalog/code``. No sandbox binds that folder (the
+sandbox is an allowlist, `rsi_env.sandbox.profile`), so nothing has to mask it.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import rsi_env
 
-__all__ = ["CODE_DIR", "CheckResult", "hidden_paths"]
+__all__ = ["CODE_DIR", "CheckResult"]
 
 CODE_DIR = Path(rsi_env.__file__).resolve().parent / "catalog" / "code"
 
@@ -24,9 +23,3 @@ class CheckResult:
     name: str
     ok: bool
     reason: str = ""
-
-
-def hidden_paths() -> list[Path]:
-    """The folders to mask: the code tasks' data and, in a source checkout, the tests beside the package."""
-    tests = CODE_DIR.parents[2] / "tests"
-    return [p for p in (CODE_DIR, tests) if p.is_dir()]

@@ -23,7 +23,6 @@ from typing import Any
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import ReportErrors, run_harness
-from rsi_env.sandbox.hidden import hidden_paths
 from rsi_env.sim.policy_hook import REQUEST_FIELDS, PolicyError, PolicyKeys
 
 __all__ = ["policy_keys"]
@@ -65,8 +64,7 @@ def _signed_keys(source: str, tables: list[list[dict[str, Any]]], backend: str) 
     files = {POLICY_FILE: source, DRIVER.name: DRIVER.read_text(), SERVER.name: SERVER.read_text(),
              "requests.json": json.dumps(request)}
     report = run_harness(files, f"{{python}} -I {DRIVER.name} {POLICY_FILE} requests.json keys.json", "keys.json",
-                         _ERRORS, backend=backend, timeout_s=KEYS_TIMEOUT_S, max_output=4096, limits=_LIMITS,
-                         hidden=hidden_paths())
+                         _ERRORS, backend=backend, timeout_s=KEYS_TIMEOUT_S, max_output=4096, limits=_LIMITS)
     body = _verified(report, secret)
     if "error" in body:
         raise PolicyError(f"{_ERRORS.raised}:\n{str(body['error'])[-1200:]}")
