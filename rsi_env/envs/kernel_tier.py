@@ -14,7 +14,6 @@ one process (timings themselves are not reproducible across processes or machine
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import math
 import secrets
@@ -27,6 +26,7 @@ from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.profile import Profile
+from rsi_env.sandbox.signed import signed_body
 
 __all__ = ["KernelResult", "measure_kernel", "HARNESS_TIMEOUT_S"]
 
@@ -159,14 +159,12 @@ def _parse(raw: bytes | None, secret: str, output: str) -> KernelResult:
         return _failed(f"the harness produced no report; the kernel's process may have killed it ({tail})")
     try:
         outer = json.loads(raw)
-        text, mac = outer["body"], outer["mac"]
-        signed = hmac.compare_digest(hmac.new(bytes.fromhex(secret), text.encode(), hashlib.sha256).hexdigest(), mac)
-    except (ValueError, KeyError, TypeError):
-        signed = False
-    if not signed:
+    except ValueError:
+        outer = None
+    body = signed_body(outer, secret)
+    if body is None:
         return _failed("the report does not carry the harness's signature: something other than the harness "
                        "wrote result.json (the kernel's process must leave the harness's files alone)")
-    body = json.loads(text)
     speedup = body.get("speedup")
     return KernelResult(correct=bool(body["correct"]), speedup=float(speedup) if speedup is not None else None,
                         error=body.get("error"), setup_error=bool(body.get("setup_error", False)),

@@ -13,7 +13,6 @@ nothing.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import secrets
 from collections import OrderedDict
@@ -23,6 +22,7 @@ from typing import Any
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import ReportErrors, run_harness
+from rsi_env.sandbox.signed import signed_body
 from rsi_env.sim.policy_hook import REQUEST_FIELDS, PolicyError, PolicyKeys
 
 __all__ = ["policy_keys"]
@@ -76,14 +76,8 @@ def _signed_keys(source: str, tables: list[list[dict[str, Any]]], backend: str) 
 
 def _verified(report: Any, secret: str) -> dict[str, Any]:
     """The body of the driver's report, if it carries the driver's signature; `PolicyError` if not."""
-    try:
-        text, mac = report["body"], report["mac"]
-        expect = hmac.new(bytes.fromhex(secret), text.encode(), hashlib.sha256).hexdigest()
-        signed = hmac.compare_digest(expect, mac)
-        body = json.loads(text) if signed else None
-    except (KeyError, TypeError, ValueError, AttributeError):
-        signed, body = False, None
-    if not signed or not isinstance(body, dict):
+    body = signed_body(report, secret)
+    if body is None:
         raise PolicyError("the keys file does not carry the driver's signature: something other than the driver "
                           "wrote keys.json (policy.py must leave the driver's files alone)")
     return body
