@@ -96,11 +96,22 @@ DETACHED_PROCESS = ("import ctypes, json, os, time, torch\nimport torch.nn.funct
                     "    _pipe.write(json.dumps([x.data_ptr(), out.data_ptr(), *x.shape, str(x.dtype)[6:]]) + '\\n')\n")
 
 # Each attack and what the harness finds: deferred work leaves the poison in place; replayed results are wrong.
+HANGING_CALL = """
+import time
+
+
+def silu_and_mul(out, x):
+    time.sleep(3600)
+"""
+
 ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)), "background thread": (BACKGROUND_THREAD, ("NaN poison",)),
            "content cache": (CONTENT_CACHE, ("NaN poison",)),
            "pointer cache": (POINTER_CACHE, ("differs from the float64 reference",)),
            "forged reply": (FORGED_REPLY, ("NaN poison", "out of turn")),
-           "detached process": (DETACHED_PROCESS, ("NaN poison",))}
+           "detached process": (DETACHED_PROCESS, ("NaN poison",)),
+           # A kernel that never returns ends its measurement within the harness's reply deadline (10 s), not
+           # at the sandbox's timeout (120 s): an action that hangs must not hang the env.
+           "hanging call": (HANGING_CALL, ("does it hang",))}
 
 
 def _episode(source: str) -> dict[str, Any]:

@@ -65,6 +65,7 @@ import json
 import math
 import os
 import random
+import select
 import subprocess
 import sys
 import time
@@ -109,6 +110,11 @@ def _load_reference(text: str) -> Any:
     return module
 
 
+READY_S = 15.0        # the worker's start: torch and kernel.py imported
+REPLY_S = 10.0        # any other request (a block of calls takes milliseconds)
+MAX_REPLY_BYTES = 1 << 20
+
+
 class Worker:
     """The candidate's process, the request/reply protocol with it, and its tree stopped between requests."""
 
@@ -118,9 +124,10 @@ class Worker:
                                      start_new_session=True, pass_fds=(arena.fd,) if arena.fd >= 0 else ())
         self.tree = ProcessTree(self.proc.pid)
         self.turn = 0   # every request is numbered; a reply must carry its request's number, once
+        self._buf = b""
 
     def wait_ready(self) -> None:
-        line = self._readline()
+        line = self._readline(READY_S, "the import of torch and kernel.py")
         self._stop()
         self._check(line, "the import of kernel.py")
 
@@ -130,9 +137,30 @@ class Worker:
         except StopFailure as exc:
             raise KernelFailure(str(exc)) from None
 
-    def _readline(self) -> str:
+    def _readline(self, within_s: float, what: str) -> str:
+        """The worker's next reply line ("" at its end); `KernelFailure` if none comes within ``within_s``.
+
+        Read from the descriptor with a deadline (never a blocking ``readline``), so that a kernel which
+        hangs ends the measurement in seconds, not at the sandbox's timeout.
+        """
         assert self.proc.stdout is not None
-        return self.proc.stdout.readline()
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + within_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KernelFailure(f"the kernel's process did not answer within {within_s:.0f} s during {what} "
+                                    "(does it hang?)")
+            if not select.select([fd], [], [], left)[0]:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            self._buf += chunk
+            if len(self._buf) > MAX_REPLY_BYTES:
+                raise KernelFailure(f"the kernel's process flooded the reply channel during {what}")
+        line, sep, self._buf = self._buf.partition(b"\n")
+        return (line + sep).decode(errors="replace")
 
     def _check(self, line: str, what: str) -> None:
         if not line:
@@ -160,7 +188,7 @@ class Worker:
             t0 = time.perf_counter()
             self.proc.stdin.write(text)
             self.proc.stdin.flush()
-            line = self._readline()
+            line = self._readline(REPLY_S, cmd)
             elapsed = time.perf_counter() - t0
         except (BrokenPipeError, OSError):
             raise KernelFailure(f"the kernel's process is gone (before {cmd})") from None
