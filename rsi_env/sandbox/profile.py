@@ -155,14 +155,17 @@ def distribution_dirs(packages: tuple[str, ...]) -> frozenset[str]:
     seen: set[str] = set()
     out: set[str] = set()
     todo = [metadata_name(p) for p in packages]
+    known = set(site_dirs())
+    search = [d for d in dict.fromkeys(_real(p) for p in sys.path if p) if d in known]  # in the interpreter's order
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
+        # Looked up in the site directories a sandbox sees, not on this process's sys.path (Ray, imported here,
+        # puts its own vendored copies first there, which a sandbox's interpreter never finds).
+        dist = next(iter(metadata.distributions(name=name, path=search)), None)
+        if dist is None:
             continue
         base = Path(str(dist.locate_file("")))
         for f in dist.files or ():

@@ -166,3 +166,21 @@ def test_shared_memory_works_for_the_sandboxs_own_processes(sandbox: Sandbox):
             "print('shm', m.size >= 1 << 20); m.close(); m.unlink()")
     (sandbox.workspace / "shm.py").write_text(code)
     assert "shm True" in sandbox.run("python3 shm.py", timeout_s=20).output
+
+
+def test_packages_are_found_where_the_sandboxs_interpreter_finds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from rsi_env.sandbox import profile
+
+    vendored = tmp_path / "thirdparty_files"  # as Ray puts its own psutil first on sys.path once imported
+    (vendored / "numpy").mkdir(parents=True)
+    (vendored / "numpy" / "__init__.py").write_text("")
+    (vendored / "numpy-0.0.dist-info").mkdir()
+    (vendored / "numpy-0.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0\n")
+    (vendored / "numpy-0.0.dist-info" / "RECORD").write_text("numpy/__init__.py,,\n")
+    monkeypatch.syspath_prepend(str(vendored))
+    profile.distribution_dirs.cache_clear()
+    try:
+        dirs = profile.distribution_dirs(("numpy",))
+    finally:
+        profile.distribution_dirs.cache_clear()
+    assert dirs and not any(d.startswith(str(tmp_path)) for d in dirs), sorted(dirs)
