@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any
 
 
 def _tb(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4))[-1500:]
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4))
+    return text.replace(os.getcwd() + "/", "")[-1500:]  # the run's random folder left out: the same run reads the same
 
 
 def make_inputs(case: dict[str, Any], hidden: int) -> tuple[Any, Any, dict[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -41,7 +42,8 @@ def main(argv: list[str]) -> int:
                 raise AttributeError(f"{agent_file.name} must define a function {call}")
         text = json.dumps(harness.answer(agent, data))
     except Exception as exc:  # the agent's own failure, reported to the agent
-        tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
+        tb = [line.replace(os.getcwd() + "/", "")  # the run's random folder left out: the same run reads the same
+              for line in traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)]
         text = json.dumps({"error": "".join(tb)[-1500:]})
     dst.write_text(text)
     return 0

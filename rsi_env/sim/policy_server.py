@@ -86,7 +86,8 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # the agent's own failure, reported to the agent
         import traceback
 
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3))[-1500:]
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3))
+        tb = tb.replace(os.getcwd() + "/", "")[-1500:]  # the run's random folder left out
         _send(tx, "! " + tb.encode("unicode_escape").decode("ascii"))
     return 0
 
