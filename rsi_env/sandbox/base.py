@@ -16,9 +16,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rsi_env.sandbox.profile import Profile
+
+if TYPE_CHECKING:
+    from rsi_env.sandbox.process import DiskCap
 
 __all__ = ["Limits", "Sandbox", "ShellResult", "check_command", "sandbox_environ"]
 
@@ -120,6 +123,12 @@ class Sandbox(ABC):
     def python(self) -> str:
         """The Python interpreter a command can run in this sandbox."""
         return sys.executable
+
+    def disk_cap(self) -> DiskCap:
+        """The workspace's share of `Limits.disk_bytes` (the private ``/tmp`` holds the rest), polled per command."""
+        from rsi_env.sandbox.process import DiskCap  # process.py builds on this module
+
+        return DiskCap(self.workspace, self.limits.disk_bytes - self.limits.tmp_bytes)
 
     def run(self, command: str, timeout_s: float = 10.0, max_output: int = 16384) -> ShellResult:
         """Run ``command`` with ``/bin/sh -c`` in the workspace; never raises for what the command does."""

@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 
 from rsi_env.sandbox.base import Sandbox, ShellResult, sandbox_environ
-from rsi_env.sandbox.process import DiskCap, hand_over, run_process
+from rsi_env.sandbox.process import hand_over, run_process
 from rsi_env.sandbox.profile import NOBODY, Mount
 
 __all__ = ["BubblewrapSandbox"]
@@ -110,7 +110,7 @@ class BubblewrapSandbox(Sandbox):
             return ShellResult(None, "", error=f"refused: {why}", backend=self.backend)
         if os.geteuid() == 0:
             hand_over(self.workspace, NOBODY)
-        disk = DiskCap(self.workspace, self.limits.disk_bytes - self.limits.tmp_bytes)
+        disk = self.disk_cap()
         return run_process(self.argv(command), cwd=self.workspace, env=sandbox_environ(self.workspace),
                            limits=self.limits, timeout_s=timeout_s, max_output=max_output, backend=self.backend,
                            disk=disk)

@@ -23,7 +23,7 @@ from typing import Any
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.base import Limits, Sandbox, ShellResult, sandbox_environ
 from rsi_env.sandbox.docker_image import IMAGE, ensure_image, find_busybox
-from rsi_env.sandbox.process import DiskCap, OutputCap, hand_over, pump
+from rsi_env.sandbox.process import OutputCap, hand_over, pump
 from rsi_env.sandbox.profile import NOBODY, Profile
 
 __all__ = ["DockerSandbox", "docker_client"]
@@ -138,7 +138,7 @@ class DockerSandbox(Sandbox):
             return ShellResult(None, "", error=f"the container did not run the command: {exc}", backend=self.backend)
         raw = getattr(sock, "_sock", sock)
         cap = OutputCap(max_output, framed=True)
-        disk = DiskCap(self.workspace, self.limits.disk_bytes - self.limits.tmp_bytes)
+        disk = self.disk_cap()
         try:
             got = pump(raw.fileno(), cap, t0 + timeout_s, disk.over)
         finally:  # shut the upgraded connection down: a half-read one would stall the client's next call

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rsi_env.sandbox.base import Sandbox, ShellResult, sandbox_environ
-from rsi_env.sandbox.process import DiskCap, hand_over, run_process
+from rsi_env.sandbox.process import hand_over, run_process
 from rsi_env.sandbox.profile import NOBODY
 
 __all__ = ["LocalSandbox", "NOBODY", "UNCONTAINED"]
@@ -78,4 +78,4 @@ class LocalSandbox(Sandbox):
         return run_process(["/bin/sh", "-c", command], cwd=self.workspace, env=env, limits=self.limits,
                            timeout_s=timeout_s, max_output=max_output, backend=self.backend, uid=uid,
                            no_network=uid is not None,
-                           disk=DiskCap(self.workspace, self.limits.disk_bytes - self.limits.tmp_bytes))
+                           disk=self.disk_cap())
