@@ -263,5 +263,5 @@ def _require_cuda() -> None:
         raise RsiEnvError("tier='real' of RSI/Kernel-v0 needs torch with CUDA; torch is not installed") from None
     if not torch.cuda.is_available():
         raise RsiEnvError(f"tier='real' of RSI/Kernel-v0 times kernels on CUDA, but torch {torch.__version__} sees "
-                          "no CUDA device here; run it on a GPU machine (sandbox='local' if bubblewrap hides "
-                          "/dev/nvidia*), or use tier='sim' (CPU timing)")
+                          "no CUDA device here; run it on a GPU machine (the sandbox binds /dev/nvidia*), or "
+                          "use tier='sim' (CPU timing)")

@@ -142,8 +142,8 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
         return _failed(f"the measurement did not finish within {HARNESS_TIMEOUT_S:.0f} s: does the kernel hang?")
     result = _parse(raw, secret, res.summary())
     if result.setup_error and device == "cuda" and name != "local":
-        result = _failed(f"{result.error}; the {name} sandbox does not show the GPU's device files: on a GPU "
-                         "machine use sandbox='local'", setup=True)
+        result = _failed(f"{result.error}; the {name} sandbox binds the NVIDIA device files /dev/nvidia* that exist "
+                         "on this machine: none were usable here", setup=True)
     if not result.setup_error:
         _CACHE[key] = result
         if len(_CACHE) > _CACHE_SIZE:
