@@ -170,7 +170,7 @@ def run_workspace(files: Mapping[str, str], job: Mapping[str, Any], backend: str
                     max_output=4096, read=["out.json"], limits=_LIMITS, profile=harness_profile())
     res, raw = run.result, run.outputs.get("out.json")
     if res.timed_out:
-        return WorkspaceRun({}, f"the engine did not finish within {timeout_s:.0f} s (an endless loop?)", True)
+        return WorkspaceRun({}, f"the engine did not finish {run.timeout_text()} (an endless loop?)", True)
     if raw is None:
         return WorkspaceRun({}, f"the engine produced no report ({res.summary().strip()[-600:]})")
     try:
@@ -297,6 +297,7 @@ class BenchResult:
     symptoms: list[str]
     clean: list[Telemetry] = field(default_factory=list)
     verified: list[bool] = field(default_factory=list)
+    timed_out: bool = False  # the run was stopped: its verdict says as much about the step as about the text
 
     def trusted(self) -> list[Telemetry]:
         """Per workload, what the reward may read: the clean engine's telemetry where verified, else the report
@@ -342,7 +343,7 @@ def bench(files: Mapping[str, str], cfg: EngineConfig, model: str, hardware: str
     if got.error is not None:
         head = got.error.splitlines()[0]
         return BenchResult([Telemetry.failed(f"crash: {head}") for _ in workloads], [got.error], clean,
-                           [False] * len(workloads))
+                           [False] * len(workloads), got.timed_out)
     tels, symptoms, verified = [], [], []
     runs = got.out.get("runs", [])
     for k, w in enumerate(workloads):

@@ -38,6 +38,7 @@ from rsi_env.dayzero.checks import HIDDEN, Feature
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.base import Limits
+from rsi_env.sandbox.deadline import untimed
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.runtime import package_runtime
@@ -136,7 +137,8 @@ def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap", fr
     key = hashlib.sha256(f"{backend}\0{feature.name}\0{source}".encode()).hexdigest()
     if fresh or key not in _VERDICTS:
         try:
-            _VERDICTS[key] = _check(source, feature, backend)
+            with untimed():  # an engine start takes a minute: the check keeps its own timeouts
+                _VERDICTS[key] = _check(source, feature, backend)
         except RsiEnvError as exc:  # no sandbox for vLLM on this machine
             return VllmCheck(False, f"vLLM could not be run: {exc}")
     return _VERDICTS[key]

@@ -73,10 +73,13 @@ class WorkspaceTier:
         key = json.dumps([self.last_hash, self.backend, self.engine_version, model.name, hw.name, cfg.to_dict(),
                           [w.content_hash for w in workloads]], sort_keys=True, default=str)
         if self.fresh or key not in self._cache:
-            self._cache[key] = bench(files, cfg, model.name, hw.name, workloads, self.backend, self.engine_version)
-            if len(self._cache) > self.capacity:
-                self._cache.popitem(last=False)
-        self.last = self._cache[key]
+            self.last = bench(files, cfg, model.name, hw.name, workloads, self.backend, self.engine_version)
+            if not self.last.timed_out:
+                self._cache[key] = self.last
+                if len(self._cache) > self.capacity:
+                    self._cache.popitem(last=False)
+        else:
+            self.last = self._cache[key]
         return self.last.trusted()
 
 

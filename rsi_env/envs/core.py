@@ -37,6 +37,7 @@ from rsi_env.errors import ActionError, InvalidConfigError, RsiEnvError, Workloa
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict
 from rsi_env.sandbox import EditError, ShellResult, Workspace
+from rsi_env.sandbox.deadline import ACTION_TIMEOUT_S, action_deadline
 from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
 from rsi_env.sandbox.local import UNCONTAINED
 from rsi_env.sandbox.profile import Profile
@@ -174,6 +175,9 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self.task = replace(self.task, max_measurements=int(max_measurements))
         t = self.task
         self.shell_timeout_s = float(shell_timeout_s)
+        # The step's budget for running the agent's code (`rsi_env.sandbox.deadline`): a hanging workspace
+        # costs a step seconds, never the sum of every run's own timeout.
+        self.action_timeout_s: float | None = ACTION_TIMEOUT_S
         self.kwargs = {"tier": tier, "model": model, "hardware": hardware, "workloads": workloads,
                        "max_steps": max_steps, "auto_bench": auto_bench, "seed": seed,
                        "engine_version": engine_version, "num_gpus": num_gpus, "allow_fp8": allow_fp8,
@@ -349,7 +353,8 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             act = {"refused": str(exc)}  # what a replay gets: refused again, for the same reward (0)
             self.text = _clean(f"error: action refused: {exc}")
         self.actions.append(act)
-        events = [] if "refused" in act else self._act(act)
+        with action_deadline(self.action_timeout_s):
+            events = [] if "refused" in act else self._act(act)
         reward = sum(r.update(e) for e in events for r in self.rewards)
         self.reward_log.append(float(reward))
         terminated = self.done

@@ -9,7 +9,7 @@ import numpy as np
 
 from rsi_env.engine.model import load_model
 from rsi_env.envs.core import RsiEnv, _clean
-from rsi_env.envs.kernel_tier import KERNEL_DIR, KernelResult, kernel_profile, measure_kernel
+from rsi_env.envs.kernel_tier import HARNESS_TIMEOUT_S, KERNEL_DIR, KernelResult, kernel_profile, measure_kernel
 from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward import MeasureEvent, SubmitEvent
@@ -138,6 +138,8 @@ class KernelEnv(RsiEnv):
                        "sandbox": sandbox, "shell_timeout_s": shell_timeout_s}
         self.op = op
         self.device = "cuda" if tier == "real" else "cpu"
+        if self.device == "cuda":  # a GPU kernel's first call compiles it: the harness's own timeout is the step's
+            self.action_timeout_s = HARNESS_TIMEOUT_S
         self.model_name = model or self.task.default_model
         self.sizes = model_sizes(self.model_name)
         self.min_speedup = float(min_speedup if min_speedup is not None else 1.0 + self.task.improvement_threshold)

@@ -139,12 +139,12 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
                        f"{str(exc)[:300]}", setup=True)
     res, raw = run.result, run.outputs.get("result.json")
     if res.timed_out:
-        return _failed(f"the measurement did not finish within {HARNESS_TIMEOUT_S:.0f} s: does the kernel hang?")
+        return _failed(f"the measurement did not finish {run.timeout_text()}: does the kernel hang?")
     result = _parse(raw, secret, res.summary())
     if result.setup_error and device == "cuda" and name != "local":
         result = _failed(f"{result.error}; the {name} sandbox binds the NVIDIA device files /dev/nvidia* that exist "
                          "on this machine: none were usable here", setup=True)
-    if not result.setup_error:
+    if not result.setup_error:  # (a run that timed out returned above: its time says as much about the step)
         _CACHE[key] = result
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)

@@ -34,7 +34,7 @@ KEYS_TIMEOUT_S = 10.0
 _LIMITS = Limits(cpu_s=10, memory_bytes=2 << 30, file_bytes=64 << 20, max_procs=32)
 _CACHE: OrderedDict[str, dict[str, PolicyKeys]] = OrderedDict()
 _CACHE_SIZE = 256
-_ERRORS = ReportErrors(PolicyError, timed_out=f"policy.py did not finish computing its keys within {KEYS_TIMEOUT_S:.0f} s",
+_ERRORS = ReportErrors(PolicyError, timed_out="policy.py did not finish computing its keys",
                        missing="policy.py produced no keys",
                        not_json="the keys file is not JSON (did policy.py write over it?)",
                        raised="policy.py raised an error")
