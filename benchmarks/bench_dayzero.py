@@ -37,10 +37,10 @@ def real(backend: str) -> None:
     for name in FEATURES:
         f = load_feature(name)
         t = time.perf_counter()
-        _, want, _ = reference_tokens(f, backend)
-        ref_s, t = time.perf_counter() - t, time.perf_counter()
         solved = check_in_vllm(VLLM_SOLUTIONS[name], f, backend)
         sol_s, t = time.perf_counter() - t, time.perf_counter()
+        _, want, _ = reference_tokens(f, solved.seed or 0, backend)  # the reference it was judged against
+        ref_s, t = time.perf_counter() - t, time.perf_counter()
         plain = check_in_vllm((TEMPLATE_DIR / "vllm_model.py").read_text(), f, backend)
         plain_s = time.perf_counter() - t
         got = solved.tokens or []

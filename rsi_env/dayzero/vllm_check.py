@@ -17,7 +17,10 @@ Each sandbox shows only what it runs: the reference's torch, numpy and safetenso
 (`reference_profile`); the installed vLLM distribution with what it requires, and a runtime of the
 package without its hidden parts for the driver (`vllm_profile`; the NVIDIA devices where there are).
 The agent's code runs in the driver's process, so the tokens the driver reports are its word; they
-count only if they equal the reference's, which this process computed apart from it.
+count only if they equal the reference's, which this process computed apart from it. Each check draws
+a fresh secret seed for the weights and the prompts, and a failure names where the tokens part, never
+the reference's tokens: a policy cannot learn the answers from one check and replay them in the next;
+only a model that computes them gets them.
 Like the real tier's measurements, a run is not serialised here: callers that share a machine wrap
 their process in ``flock /tmp/rsi-vllm.lock`` (the tests do).
 """
@@ -29,6 +32,7 @@ import importlib.metadata as metadata
 import json
 import math
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +50,8 @@ from rsi_env.sandbox.runtime import package_runtime
 __all__ = ["VllmCheck", "check_in_vllm", "reference_profile", "reference_tokens", "root_cause", "vllm_distribution",
            "vllm_profile"]
 
-SEED = 7
 NEW_TOKENS = 8
-PROMPTS = Workload.from_dict({"name": "dayzero_greedy", "seed": 3, "requests": 3, "prompt_tokens": 12,
-                              "output_tokens": NEW_TOKENS})
+DRAWS = 4  # seeds tried per check for a reference whose greedy tokens are clear (top-2 margin >= MIN_MARGIN)
 VLLM_TIMEOUT_S = 420.0
 MIN_MARGIN = 1e-3
 _VLLM_LIMITS = Limits(cpu_s=1200, memory_bytes=64 << 30, file_bytes=1 << 30, max_procs=4096, cpus=2.0)
@@ -67,6 +69,7 @@ class VllmCheck:
     ok: bool
     reason: str = ""
     tokens: list[list[int]] | None = None
+    seed: int | None = None  # the seed of the weights and prompts it was judged on
 
 
 def vllm_distribution() -> str:
@@ -93,18 +96,25 @@ def vllm_profile() -> Profile:
                    paths=(str(package_runtime()), *topology), gpu=Path("/dev/nvidiactl").exists())
 
 
-def prompts(vocab: int) -> list[list[int]]:
-    trace = PROMPTS.trace()
+def prompt_workload(seed: int) -> Workload:
+    """The check's requests: three prompts of 12 tokens drawn from ``seed``, 8 tokens generated for each."""
+    return Workload.from_dict({"name": "dayzero_greedy", "seed": seed, "requests": 3, "prompt_tokens": 12,
+                               "output_tokens": NEW_TOKENS})
+
+
+def prompts(vocab: int, seed: int) -> list[list[int]]:
+    trace = prompt_workload(seed).trace()
     return [[int(t) for t in trace.prompt_token_ids(i, vocab)] for i in range(len(trace))]
 
 
-def reference_tokens(feature: Feature, backend: str = "bubblewrap") -> tuple[bytes, list[list[int]], float]:
-    """The checkpoint, the reference's greedy tokens and their smallest top-2 logit margin."""
+def reference_tokens(feature: Feature, seed: int, backend: str = "bubblewrap") -> tuple[bytes, list[list[int]], float]:
+    """The checkpoint of weights drawn from ``seed``, the reference's greedy tokens on the prompts drawn from it,
+    and their smallest top-2 logit margin."""
     files: dict[str, str | bytes] = {f: (HIDDEN / f).read_text() for f in
                                      ("reference_model.py", "reference_block.py", "reference_spec.py")}
     files["config.json"] = json.dumps(feature.tiny)
-    files["prompts.json"] = json.dumps(prompts(int(feature.tiny["vocab_size"])))
-    run = run_fresh(files, f"{{python}} -s -E reference_model.py config.json {SEED} prompts.json {NEW_TOKENS}",
+    files["prompts.json"] = json.dumps(prompts(int(feature.tiny["vocab_size"]), seed))
+    run = run_fresh(files, f"{{python}} -s -E reference_model.py config.json {seed} prompts.json {NEW_TOKENS}",
                     backend=backend, timeout_s=120, read=["model.safetensors", "tokens.json"],
                     limits=Limits(cpu_s=120, memory_bytes=4 << 30), profile=reference_profile())
     ckpt, tok = run.outputs.get("model.safetensors"), run.outputs.get("tokens.json")
@@ -145,10 +155,15 @@ def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap", fr
 
 
 def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
-    ckpt, want, margin = reference_tokens(feature, backend)
-    if margin < MIN_MARGIN:
-        return VllmCheck(False, f"the reference's logit margin {margin:.2g} is too small to compare (rsi-env bug)")
-    w = PROMPTS.to_dict()
+    for _ in range(DRAWS):
+        seed = secrets.randbelow(1 << 31)
+        ckpt, want, margin = reference_tokens(feature, seed, backend)
+        if margin >= MIN_MARGIN:
+            break
+    else:
+        return VllmCheck(False, f"no reference of {DRAWS} seeds had greedy tokens clear enough to compare "
+                                f"(logit margin {margin:.2g} < {MIN_MARGIN}; an rsi-env bug)")
+    w = prompt_workload(seed).to_dict()
     files: dict[str, str | bytes] = {
         "vllm_model.py": source, "config.json": json.dumps(feature.tiny), "model.safetensors": ckpt,
         "w.yaml": yaml.safe_dump(w, sort_keys=False),
@@ -169,15 +184,17 @@ def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
         log = run.outputs.get("vllm.log")
         why = "timed out" if run.result.timed_out else "failed"
         return VllmCheck(False, f"vLLM {why} before generating: "
-                                f"{root_cause(log.decode(errors='replace') if log else run.result.output)}")
+                                f"{root_cause(log.decode(errors='replace') if log else run.result.output)}", seed=seed)
     try:
         row = json.loads(raw.decode().splitlines()[-1])
         got = [row["counters"]["output_token_ids"][str(i)] for i in range(len(want))]
     except (ValueError, KeyError, IndexError):
-        return VllmCheck(False, "the driver's output is malformed")
+        return VllmCheck(False, "the driver's output is malformed", seed=seed)
     if got != want:
         bad = next(i for i in range(len(want)) if got[i] != want[i])
-        return VllmCheck(False, f"vLLM's greedy tokens differ from the reference: prompt {bad} gave {got[bad]}, "
-                                f"the reference {want[bad]}", got)
+        at = next((k for k, (a, b) in enumerate(zip(got[bad], want[bad], strict=False)) if a != b),
+                  min(len(got[bad]), len(want[bad])))
+        return VllmCheck(False, f"vLLM's greedy tokens differ from the reference: prompt {bad} parts from it at "
+                                f"generated token {at} (vLLM gave {got[bad]})", got, seed)
     return VllmCheck(True, f"vLLM generated the reference's {sum(map(len, want))} greedy tokens "
-                           f"(smallest reference margin {margin:.3g})" if math.isfinite(margin) else "", got)
+                           f"(smallest reference margin {margin:.3g})" if math.isfinite(margin) else "", got, seed)
