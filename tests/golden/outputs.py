@@ -1,0 +1,138 @@
+"""What the product prints and records, as data: the golden outputs a move of the code must leave byte for byte.
+
+``python -m tests.golden.outputs --write`` records them in ``tests/golden/data/``; `test_golden.py`
+computes them again and compares. Four kinds (issue 27's bar):
+
+- ``simulate``: ``rsi-env simulate --json`` for every catalog model on every frozen workload (H200), under
+  vLLM's defaults and two other configurations;
+- ``demo``: the demo's table (``rsi-env demo --no-plot``, store off; its wall time left out);
+- ``episodes``: a fixed-seed episode's ``state()`` for each of the 9 families (Kernel's rewards and
+  verdict are timings of this machine, so only its actions are kept);
+- ``unseen``: ``benchmarks/unseen_fidelity.py``'s numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).with_name("data")
+CONFIGS = {"defaults": [], "small_batches": ["max_num_seqs=32", "max_num_batched_tokens=2048"],
+           "fp8_kv_no_prefix": ["kv_cache_dtype=fp8", "enable_prefix_caching=false", "block_size=32"]}
+FAMILIES = ["RSI/KVCache-v0", "RSI/Batching-v0", "RSI/PrefixCache-v0", "RSI/Quantization-v0", "RSI/Parallelism-v0",
+            "RSI/Scheduler-v0", "RSI/BugFix-v0", "RSI/DayZero-v0", "RSI/Kernel-v0"]
+_SECONDS = re.compile(r"(\d+ steps, )[\d.]+s")  # the demo's wall time
+TIMED = {"RSI/Kernel-v0"}  # rewards and verdict are this machine's timings
+
+
+def _cli(argv: list[str]) -> str:
+    from rsi_env.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    return f"exit {code}\n{out.getvalue()}"
+
+
+def simulate() -> dict[str, str]:
+    from rsi_env.engine.model import list_models
+    from rsi_env.engine.workload import list_workloads
+
+    out = {}
+    for model in list_models():
+        for wl in list_workloads():
+            for name, flags in CONFIGS.items():
+                argv = ["simulate", "--model", model, "--hardware", "h200", "--workload", wl, "--json"]
+                for f in flags:
+                    argv += ["--set", f]
+                try:
+                    out[f"{model}/{wl}/{name}"] = _cli(argv)
+                except SystemExit as exc:
+                    out[f"{model}/{wl}/{name}"] = f"exit {exc.code}"
+    return out
+
+
+def demo() -> str:
+    env = {**os.environ, "RSI_ENV_STORE": "off"}
+    res = subprocess.run([sys.executable, "-m", "rsi_env.cli", "demo", "--no-plot"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    table = _SECONDS.sub(r"\1<seconds>", res.stdout)
+    return f"exit {res.returncode}\n{table}"
+
+
+def _episode(task: str) -> dict[str, Any]:
+    import gymnasium as gym
+
+    import rsi_env  # noqa: F401
+
+    env = gym.make(task, sandbox="bubblewrap").unwrapped
+    try:
+        env.reset(seed=0)
+        if env.flag_names:
+            env.step(env.flag_action(env.flag_names[0], env.task.ladder(env.flag_names[0])[-1]))
+        env.step({"kind": 3})
+        env.step({"kind": 4})
+        state = json.loads(json.dumps(env.state(), default=str))
+    finally:
+        env.close()
+    if task in TIMED:
+        state = {k: state[k] for k in ("task", "kwargs", "seed", "actions")}
+    return state
+
+
+def episodes() -> dict[str, Any]:
+    os.environ["RSI_ENV_STORE"] = "off"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {task: _episode(task) for task in FAMILIES}
+
+
+def unseen() -> str:
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "unseen_fidelity.py")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    return f"exit {res.returncode}\n{res.stdout}"
+
+
+KINDS = {"simulate": simulate, "demo": demo, "episodes": episodes, "unseen": unseen}
+
+
+def compute(kind: str) -> Any:
+    return KINDS[kind]()
+
+
+def path(kind: str) -> Path:
+    return DATA / f"{kind}.json"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="record the outputs (else: compare)")
+    ap.add_argument("kinds", nargs="*", default=list(KINDS))
+    args = ap.parse_args()
+    DATA.mkdir(exist_ok=True)
+    bad = []
+    for kind in args.kinds:
+        got = compute(kind)
+        if args.write:
+            path(kind).write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+            print(f"{kind}: written")
+        elif json.loads(path(kind).read_text()) != got:
+            bad.append(kind)
+            print(f"{kind}: DIFFERS")
+        else:
+            print(f"{kind}: same")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
