@@ -12,7 +12,11 @@
     ├── StoreError                   an experience store that cannot be opened, read or written (names the file)
     ├── ActionError                  an action outside the env's action space (names the field and what is allowed)
     ├── UnsafeFileError              a file the env will not read: a link, not a regular file, larger than its cap
-    └── YamlError                    YAML the env will not load: invalid, anchors or aliases, too deep, too large
+    ├── YamlError                    YAML the env will not load: invalid, anchors or aliases, too deep, too large
+    ├── EditError                    an edit the workspace refuses (outside it, not editable, ambiguous, too large)
+    ├── TextActionError              text that is not an action of the text-action syntax
+    ├── PolicyError                  a scheduling policy that could not be run or whose answer is unusable
+    └── DayZeroError                 a DayZero workspace's loader or block that could not be run or gave nothing usable
 
 A measurement that fails the way an engine fails (out of memory, a refused config) is *not* an
 exception: it is returned as ``Telemetry.error`` so that an episode survives it.
@@ -22,6 +26,10 @@ from __future__ import annotations
 
 __all__ = [
     "ActionError",
+    "DayZeroError",
+    "EditError",
+    "PolicyError",
+    "TextActionError",
     "CalibrationError",
     "CatalogError",
     "HardwareSpecError",
@@ -96,3 +104,19 @@ class UnsafeFileError(RsiEnvError):
 
 class YamlError(RsiEnvError, ValueError):
     """YAML the env will not load: invalid, or using anchors or aliases, nested too deep, or too large."""
+
+
+class EditError(RsiEnvError):
+    """An edit the workspace refuses (outside, not editable, not text, too large, ambiguous, not a regular file)."""
+
+
+class PolicyError(RsiEnvError):
+    """A scheduling policy that could not be run or whose answer is not usable; the message says why."""
+
+
+class TextActionError(RsiEnvError):
+    """Text that is not an action in `rsi_env.wrappers.text_actions.TEXT_SYNTAX`; the message says what is wrong."""
+
+
+class DayZeroError(RsiEnvError):
+    """The workspace's loader or block could not be run, or gave something unusable (the message says why)."""

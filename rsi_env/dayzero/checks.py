@@ -35,7 +35,7 @@ import numpy as np
 import yaml
 
 from rsi_env.engine.model import ModelSpec
-from rsi_env.errors import RsiEnvError
+from rsi_env.errors import DayZeroError, RsiEnvError
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.deadline import untimed
@@ -56,10 +56,6 @@ _SPEC_LIMITS = Limits(cpu_s=10, memory_bytes=1 << 30, file_bytes=16 << 20, max_p
 _BLOCK_LIMITS = Limits(cpu_s=60, memory_bytes=4 << 30, file_bytes=64 << 20, max_procs=64)
 _SPEC_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec) if f.name not in ("name", "raw")}
 _CACHE: OrderedDict[str, Any] = OrderedDict()
-
-
-class DayZeroError(RsiEnvError):
-    """The workspace's loader or block could not be run, or gave something unusable (the message says why)."""
 
 
 _SPEC_ERRORS = ReportErrors(DayZeroError, timed_out="spec.py did not finish",

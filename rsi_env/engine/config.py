@@ -122,6 +122,10 @@ def _check(name: str, value: Any) -> Any:
     return value
 
 
+def _num_gpus(cfg: EngineConfig | ResolvedConfig) -> int:
+    return cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """vLLM engine flags as a user sets them; ``None`` leaves the choice to vLLM's defaults."""
@@ -170,6 +174,11 @@ class EngineConfig:
                 return EngineConfig.from_dict({**self.to_dict(), **changes})
         return replace(self, **changes)
 
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the configuration occupies: tensor x pipeline x data parallel."""
+        return _num_gpus(self)
+
     def to_dict(self, *, only_set: bool = False) -> dict[str, Any]:
         """Flags as plain data (tuples as lists); ``only_set`` drops flags left at their defaults."""
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
@@ -210,7 +219,8 @@ class ResolvedConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+        """GPUs the configuration occupies: tensor x pipeline x data parallel."""
+        return _num_gpus(self)
 
     def kv_dtype_bytes(self, model: ModelSpec) -> float:
         return 1.0 if self.kv_cache_dtype.startswith("fp8") else float(model.dtype_bytes)

@@ -452,7 +452,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self._do_bench(explicit=False) if self.auto_bench else []
 
     def _check_gpus(self, cfg: EngineConfig) -> None:
-        used = cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
+        used = cfg.num_gpus
         if used > self.num_gpus:
             raise InvalidConfigError("tensor_parallel_size*pipeline_parallel_size*data_parallel_size", used,
                                      f"at most num_gpus={self.num_gpus}")
@@ -514,7 +514,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.last_score = s
         if math.isfinite(s):
             self.best_score = max(self.best_score, s)
-        gpu_s = sum(t.duration_s * max(1, self._gpus(self.config)) for t in tels if t.ok)
+        gpu_s = sum(t.duration_s * max(1, self.config.num_gpus) for t in tels if t.ok)
         head = "measured" if explicit else "auto-bench"
         self.text = _clean(f"{self.text}\n{head}: score {s:+.4f} (best {self.best_score:+.4f}); "
                            + self._tel_text(tels))
@@ -529,7 +529,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
                 self.cost.add(self.tier_name, self.last_tels, self.config, self.hardware)
                 self.last_score = score(self.last_tels, self.base_tels, self.task)
-                gpu_s = sum(t.duration_s * self._gpus(self.config) for t in self.last_tels if t.ok)
+                gpu_s = sum(t.duration_s * self.config.num_gpus for t in self.last_tels if t.ok)
                 events.append(MeasureEvent(-math.inf, gpu_s))
         seen = [self._seen_workload(w) for w in self.workloads]
         s = self.last_score if self.last_score is not None else -math.inf
@@ -568,9 +568,6 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return verdict
 
     # ---- observation --------------------------------------------------------------------------------
-    def _gpus(self, cfg: EngineConfig) -> int:
-        return cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
-
     def _obs(self) -> dict[str, Any]:
         n = max(len(self.flag_names), 1)
         cfg = np.zeros(n, dtype=np.float32)

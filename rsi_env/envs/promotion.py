@@ -57,7 +57,7 @@ class Promoter:
         assert self.tier is not None
         t0 = time.monotonic()
         tels = self.tier.measure_all(cfg, model, hw, list(workloads))
-        gpus = cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
+        gpus = cfg.num_gpus
         tokens = {r["workload"]: r["counters"].get("output_token_ids") or {} for r in self.tier.last_rows}
         return RealMeasurement(tels, tokens, (time.monotonic() - t0) * gpus)
 

@@ -92,7 +92,7 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
             cfg = EngineConfig.from_dict(dict(flags))
             tels = env.tier.measure_all(cfg, env.model, env.hardware, env.workloads)
             return {"name": name, "flags": dict(flags), "sim_score": score(tels, env.base_tels, env.task),
-                    "num_gpus": cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size,
+                    "num_gpus": cfg.num_gpus,
                     "est_real_s": round(estimate_real_s([t.duration_s for t in tels], plan.promote.startup_s), 1),
                     "sim": [t.to_dict() for t in tels]}
 

@@ -178,8 +178,7 @@ class RealTier:
                             resolved=[by_name.get(w.name, {}).get("resolved") for w in wls],
                             extras=[{k: by_name.get(w.name, {}).get(k) for k in REAL_EXTRAS}
                                     for w in wls],
-                            gpu_seconds=[held_s * cfg.tensor_parallel_size * cfg.pipeline_parallel_size
-                                         * cfg.data_parallel_size / len(wls)] * len(wls))
+                            gpu_seconds=[held_s * cfg.num_gpus / len(wls)] * len(wls))
         return out
 
     def _run(self, cmd: list[str], hw: HardwareSpec) -> tuple[int | None, str, bool]:

@@ -23,15 +23,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rsi_env.engine.safe_io import read_text, shorten, write_text
-from rsi_env.errors import RsiEnvError, UnsafeFileError
+from rsi_env.errors import EditError, UnsafeFileError
 
 __all__ = ["EditError", "Workspace", "MAX_FILE_BYTES"]
 
 MAX_FILE_BYTES = 256 * 1024
-
-
-class EditError(RsiEnvError):
-    """An edit the workspace refuses (outside, not editable, not text, too large, ambiguous, not a regular file)."""
 
 
 def _writable(func: object, path: str, exc_info: object) -> None:

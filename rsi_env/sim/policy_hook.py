@@ -37,7 +37,7 @@ from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Trace, Workload
-from rsi_env.errors import RsiEnvError
+from rsi_env.errors import PolicyError
 from rsi_env.sim import simulate_detailed
 from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.cost import StepCost
@@ -46,10 +46,6 @@ from rsi_env.sim.engine import EngineSim, SimResult
 __all__ = ["PolicyEngineSim", "PolicyError", "PolicyKeys", "request_table", "simulate_policy"]
 
 REQUEST_FIELDS = ("id", "arrival_s", "prompt_tokens", "prefix_group", "prefix_tokens")
-
-
-class PolicyError(RsiEnvError):
-    """A scheduling policy that could not be run or whose answer is not usable; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -91,10 +91,6 @@ def hardware_features(hw: HardwareSpec) -> dict[str, float]:
     return {**hw.features, "price_per_hour": hw.price_per_hour}
 
 
-def _gpus(cfg: EngineConfig) -> int:
-    return int(cfg.tensor_parallel_size or 1) * int(cfg.pipeline_parallel_size or 1) * int(cfg.data_parallel_size or 1)
-
-
 def measurement_rows(tier: str, engine_version: str, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                      workloads: Sequence[Workload], tels: Sequence[Telemetry], *,
                      sim_keys: Sequence[str | None] | None = None, resolved: Sequence[Any] | None = None,
@@ -104,7 +100,7 @@ def measurement_rows(tier: str, engine_version: str, cfg: EngineConfig, model: M
     config = cfg.to_dict(only_set=True)
     key = config_key(config)
     mf, hf = model.features, hardware_features(hw)
-    n = _gpus(cfg)
+    n = cfg.num_gpus
     trial = uuid.uuid4().hex
     t = now()
     src, ep = current_source(), _EPISODE.get()

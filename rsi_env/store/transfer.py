@@ -105,7 +105,7 @@ def driver_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         start_key = (raw["model"], json.dumps(raw.get("flags"), sort_keys=True), float(raw.get("startup_s") or 0.0))
         startup = 0.0 if start_key in seen_starts else start_key[2]
         seen_starts.add(start_key)
-        gpus = cfg.tensor_parallel_size * cfg.pipeline_parallel_size * cfg.data_parallel_size
+        gpus = cfg.num_gpus
         gs = (float(raw.get("wall_s") or tel.duration_s) + startup) * gpus
         row = measurement_rows("real", raw["vllm_version"], cfg, model, hw, [w], [tel], resolved=[raw.get("resolved")],
                                extras=[{k: raw.get(k) for k in REAL_EXTRAS}],

@@ -19,7 +19,7 @@ from gymnasium import spaces
 from rsi_env.engine.safe_io import load_yaml, shorten
 from rsi_env.envs.actions import check_action
 from rsi_env.envs.core import BENCH, CHARSET, EDIT, KIND_NAMES, SHELL, SUBMIT
-from rsi_env.errors import ActionError, RsiEnvError, YamlError
+from rsi_env.errors import ActionError, RsiEnvError, TextActionError, YamlError
 from rsi_env.wrappers.masked import MaskedActions, StepResult
 
 __all__ = ["TEXT_SYNTAX", "TextActionError", "TextActions", "parse_text_action"]
@@ -39,10 +39,6 @@ text to put in its place
 
 _SEARCH, _DIVIDER, _REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 _MAX_TEXT = 2 * 8192 + 512
-
-
-class TextActionError(RsiEnvError):
-    """Text that is not an action in :data:`TEXT_SYNTAX`; the message says what is wrong."""
 
 
 def _parse_edit(head: str, body: list[str]) -> dict[str, Any]:
