@@ -9,7 +9,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "validate"]
+__all__ = ["BENCH", "EDIT", "FLAG", "SHELL", "SUBMIT", "__version__", "validate"]
+# The action kinds (``{"kind": rsi_env.SUBMIT}``); `rsi_env.envs.actions` defines them, loaded when asked for.
+_KINDS = ("FLAG", "EDIT", "SHELL", "BENCH", "SUBMIT")
 
 
 def _register() -> None:
@@ -30,4 +32,8 @@ def __getattr__(name: str) -> object:
         from rsi_env.envs.state import validate
 
         return validate
+    if name in _KINDS:
+        from rsi_env.envs import actions
+
+        return getattr(actions, name)
     raise AttributeError(name)

@@ -208,8 +208,11 @@ def _measure_args(s: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rsi_env import __version__
+
     p = argparse.ArgumentParser(prog="rsi-env", description="LLM-inference engineering environments on vLLM.")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("--version", action="version", version=f"rsi-env {__version__}")
+    sub = p.add_subparsers(dest="cmd")
 
     s = sub.add_parser("simulate", help="simulate one workload on one engine config (sim tier)")
     _measure_args(s)
@@ -280,7 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:  # ``rsi-env`` alone: what it can do
+        parser.print_help()
+        return 0
     try:
         rc: int = args.func(args)
         return rc

@@ -73,6 +73,31 @@ def test_list_names_the_catalogs(capsys):
     assert "RSI/KVCache-v0" in out and "RSI/Parallelism-v0" in out
 
 
+def test_list_prints_integer_ranges_as_integers(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "int in [1, 1048576]" in out and "e+06" not in out
+
+
+def test_rsi_env_alone_shows_help_and_version_is_known(capsys):
+    assert main([]) == 0
+    assert "simulate" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    import rsi_env
+
+    assert capsys.readouterr().out.strip() == f"rsi-env {rsi_env.__version__}"
+
+
+def test_the_action_kinds_are_named_at_the_top():
+    import rsi_env
+    from rsi_env.envs.actions import KIND_NAMES
+
+    kinds = [rsi_env.FLAG, rsi_env.EDIT, rsi_env.SHELL, rsi_env.BENCH, rsi_env.SUBMIT]
+    assert kinds == list(range(5)) and [KIND_NAMES[k] for k in kinds] == ["flag", "edit", "shell", "bench", "submit"]
+
+
 def test_import_stays_light():
     code = ("import sys, rsi_env, rsi_env.engine, rsi_env.sim, rsi_env.cli; "
             "heavy = [m for m in ('torch', 'vllm', 'ray', 'docker', 'scipy', 'matplotlib') if m in sys.modules]; "

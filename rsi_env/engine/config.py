@@ -45,8 +45,13 @@ class FlagSpec:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.kind == "int_list":
             return "a list of positive ints"
-        hi = "inf" if self.hi is None else f"{self.hi:g}"
-        return f"{self.kind} in [{self.lo:g}, {hi}]"
+
+        def num(x: float | None, none: str) -> str:  # ints as ints (1048576, not 1.04858e+06)
+            if x is None:
+                return none
+            return str(int(x)) if self.kind == "int" else f"{x:g}"
+
+        return f"{self.kind} in [{num(self.lo, '-inf')}, {num(self.hi, 'inf')}]"
 
 
 def _f(name: str, kind: str, help: str, **kw: Any) -> FlagSpec:

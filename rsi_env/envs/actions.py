@@ -26,8 +26,10 @@ from gymnasium import spaces
 from rsi_env.engine.safe_io import shorten
 from rsi_env.errors import ActionError
 
-__all__ = ["DEFAULTS", "KIND_NAMES", "NEEDS", "check_action"]
+__all__ = ["BENCH", "DEFAULTS", "EDIT", "FLAG", "KIND_NAMES", "NEEDS", "SHELL", "SUBMIT", "check_action"]
 
+# The action kinds, as ``kind`` takes them (``rsi_env.SUBMIT`` etc. from the package's top).
+FLAG, EDIT, SHELL, BENCH, SUBMIT = range(5)
 KIND_NAMES = ("flag", "edit", "shell", "bench", "submit")
 # The fields each kind uses (in KIND_NAMES order), and what an unused field left out stands for.
 NEEDS: tuple[tuple[str, ...], ...] = (("flag", "value"), ("path", "old", "new"), ("command",), (), ())

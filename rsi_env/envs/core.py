@@ -29,7 +29,7 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.safe_io import ECHO_MAX, load_yaml, shorten
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Arrival, Workload, load_workload
-from rsi_env.envs.actions import KIND_NAMES, check_action
+from rsi_env.envs.actions import BENCH, EDIT, FLAG, KIND_NAMES, SHELL, SUBMIT, check_action
 from rsi_env.envs.measure import get_tier
 from rsi_env.envs.promotion import Promoter
 from rsi_env.envs.task import Task, load_task
@@ -46,7 +46,6 @@ from rsi_env.store.record import record_episode, recording
 
 __all__ = ["RsiEnv", "KIND_NAMES", "OBS_FIELDS"]
 
-FLAG, EDIT, SHELL, BENCH, SUBMIT = range(5)
 OBS_FIELDS = ("out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
               "num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak", "mean_batch_size",
               "cost_per_mtok_usd")
@@ -135,7 +134,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     ``flag``/``config``/``flag_mask`` slot, always 0, and masks flag actions.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}  # one text frame per step
     task_id: str = ""
     # Whether the real tier measures what the agent changes (False where the change runs on sim only).
     promotable: bool = True
