@@ -91,9 +91,15 @@ def catalogue_hash() -> str:
 
 
 def visible_tests_fail(files: dict[str, str], backend: str) -> bool:
-    """Whether ``python -m pytest -q tests/`` fails on ``files`` (in a fresh sandbox)."""
+    """Whether ``python -m pytest -q tests/`` fails on ``files`` (in a fresh sandbox).
+
+    A run that did not finish says nothing about the tests: it is an error, never "caught" (a loaded
+    machine would otherwise move instances to an easier level).
+    """
     run = run_fresh(files, "{python} -m pytest -q -p no:cacheprovider tests/", backend=backend, timeout_s=60,
                     profile=workspace_profile())
+    if run.result.timed_out:
+        raise CatalogError(f"the visible tests did not finish {run.timeout_text()}; generate on a quiet machine")
     return not run.result.ok
 
 

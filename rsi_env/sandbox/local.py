@@ -36,8 +36,12 @@ UNCONTAINED = ("the 'local' sandbox contains nothing: the agent's commands can r
 
 
 def _others_can_run(path: Path) -> bool:
-    """Whether a user with no relation to ``path``'s owner can execute it (every folder above searchable)."""
+    """Whether a user with no relation to ``path``'s owner can execute it (every folder above searchable).
+
+    A link is followed to its end: a venv's ``python3`` in an open folder may point into a closed home.
+    """
     try:
+        path = path.resolve(strict=True)
         if not os.stat(path).st_mode & stat.S_IXOTH:
             return False
         return all(os.stat(p).st_mode & stat.S_IXOTH for p in path.parents)

@@ -57,3 +57,38 @@ def test_docker_sandbox_is_removed_on_close(dockerd: None, workspace: Path):
     with pytest.raises(docker.errors.NotFound):
         client.containers.get(cid)
     client.close()
+
+
+def test_local_runs_a_python_nobody_can_reach_even_through_a_venv_link(workspace: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """A venv in an open folder whose ``python3`` links into a closed home is not nobody's to run."""
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    from rsi_env.sandbox import local
+
+    top = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        closed, venv = top / "home", top / "venv" / "bin"
+        closed.mkdir(mode=0o700)
+        venv.mkdir(parents=True, mode=0o755)
+        (top / "venv").chmod(0o755)
+        real = closed / "python3"
+        real.write_bytes(b"#!/bin/sh\n")
+        real.chmod(0o755)
+        (venv / "python3").symlink_to(real)
+        (venv / "open").write_bytes(b"#!/bin/sh\n")
+        (venv / "open").chmod(0o755)
+        assert local._others_can_run(venv / "open")
+        assert not local._others_can_run(venv / "python3")
+        if os.geteuid() == 0:
+            monkeypatch.setattr(sys, "executable", str(venv / "python3"))
+            with pytest.warns(RuntimeWarning, match="contains nothing"):
+                sb = make_sandbox("local", workspace)
+            assert sb.python != str(venv / "python3")
+            sb.close()
+    finally:
+        shutil.rmtree(top)
