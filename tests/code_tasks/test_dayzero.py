@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.dayzero import checks
 from rsi_env.dayzero.checks import FEATURES, DayZeroError, load_feature, model_spec, reference_spec
-from rsi_env.dayzero.vllm_check import root_cause
+from rsi_env.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, reference_gaps, reference_tokens, root_cause
 from rsi_env.engine.model import ModelSpec
 from rsi_env.envs.dayzero import DayZeroEnv
 from rsi_env.errors import RsiEnvError
@@ -264,3 +264,20 @@ def test_a_failed_vllm_run_is_explained_by_its_first_exception():
     assert why.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig")
     assert "max_model_len (256) is greater than the derived max_model_len (64)" in why
     assert root_cause("INFO starting\nkilled\n") == "INFO starting\nkilled"
+
+
+@pytest.mark.parametrize("feature", ["yarn", "shared_experts"])
+def test_the_reference_scores_tokens_teacher_forced(feature: str):
+    """Its own greedy tokens lie 0 below its choice; a swapped token lies exactly its logit gap below; the
+    tokens of a model that is not the reference (another seed's) lie whole logits below, far past TOLERANCE."""
+    f = load_feature(feature)
+    _, want, margin = reference_tokens(f, 11)
+    assert margin > 0 and all(len(t) == NEW_TOKENS for t in want)
+    assert reference_gaps(f, 11, want) == [[0.0] * NEW_TOKENS] * len(want)
+    swapped = [list(t) for t in want]
+    swapped[1][3] = (want[1][3] + 1) % int(f.tiny["vocab_size"])
+    gaps = reference_gaps(f, 11, swapped)
+    assert gaps[0] == [0.0] * NEW_TOKENS and gaps[1][:3] == [0.0] * 3 and gaps[1][3] >= margin
+    _, other, _ = reference_tokens(f, 12)
+    wrong = sorted(g for row in reference_gaps(f, 11, other) for g in row)
+    assert wrong[len(wrong) // 2] > 10 * TOLERANCE, wrong
