@@ -1,7 +1,7 @@
 """``rsi-env``: simulate a workload, run the demo, fit a calibration.
 
 ``rsi-env simulate --model ID|CONFIG.json --hardware ID --workload FILE.yaml [--set flag=value …]
-[--engine-version 0.26] --json`` prints one `Telemetry` as JSON (DESIGN.md's contract).
+[--engine-version 0.26] --json`` prints one `Telemetry` as JSON (docs/architecture.md's contract).
 """
 
 from __future__ import annotations

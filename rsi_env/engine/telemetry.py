@@ -1,4 +1,4 @@
-"""`Telemetry`: what one measurement returns, on either tier (field names from DESIGN.md).
+"""`Telemetry`: what one measurement returns, on either tier (field names from docs/architecture.md).
 
 Both tiers produce per-request timestamps and a few engine counters; :func:`summarize` turns them
 into a `Telemetry`, so the two tiers compute percentiles, goodput and cost the same way.
@@ -97,7 +97,7 @@ def summarize(
     tier: str = "sim",
     calibration: str | None = None,
 ) -> Telemetry:
-    """Reduce per-request timings to a `Telemetry` (TTFT, TPOT as DESIGN.md defines them)."""
+    """Reduce per-request timings to a `Telemetry` (TTFT, TPOT as docs/architecture.md defines them)."""
     start = float(np.min(t.arrival))
     duration = max(float(np.max(t.finish)) - start, 1e-9)
     ttft = t.first_token - t.arrival

@@ -1,4 +1,4 @@
-"""`Workload`: a frozen, seeded request trace, read from the workload YAML of DESIGN.md.
+"""`Workload`: a frozen, seeded request trace, read from the workload YAML of docs/architecture.md.
 
 A workload is data (counts, length distributions, an arrival process, shared prefixes) plus a
 seed; :meth:`Workload.trace` turns it into concrete per-request arrays that both tiers consume,
@@ -188,7 +188,7 @@ class Trace:
 
 @dataclass(frozen=True)
 class Workload:
-    """A frozen request trace described as data (DESIGN.md, "Workload file")."""
+    """A frozen request trace described as data (docs/architecture.md, "Workload file")."""
 
     name: str
     seed: int
@@ -203,7 +203,7 @@ class Workload:
     @classmethod
     def from_dict(cls, raw: Any) -> Workload:
         if not isinstance(raw, dict):
-            raise WorkloadError(f"a workload is a mapping (see DESIGN.md), got {type(raw).__name__}")
+            raise WorkloadError(f"a workload is a mapping (see docs/architecture.md), got {type(raw).__name__}")
         allowed = {"name", "seed", "requests", "prompt_tokens", "output_tokens", "arrival", "shared_prefix", "slo"}
         unknown = set(raw) - allowed
         if unknown:

@@ -6,7 +6,7 @@ allows; the env reports it as text and the episode goes on (`rsi_env.envs.core`)
 - the action is a ``dict`` whose keys are fields of the space (an unknown key is refused by name);
 - ``kind`` is always needed; the fields its kind uses are needed too (a flag action needs ``flag``
   and ``value``, an edit ``path``, ``old`` and ``new``, a shell action ``command``); fields a kind
-  does not use may be left out (DESIGN.md: they are ignored), or given as ``""`` (how `RsiEnv.state`
+  does not use may be left out (docs/architecture.md: they are ignored), or given as ``""`` (how `RsiEnv.state`
   records them), but any other value given must be inside the field's space;
 - a ``Discrete`` field takes a Python ``int`` or a NumPy integer (a scalar or a 0-d array, what
   ``space.sample()`` returns) in range; a ``bool`` or a float, even ``4.0``, is refused;

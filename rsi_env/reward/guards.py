@@ -91,7 +91,7 @@ def output_guard(baseline: OutputTokens, candidate: OutputTokens, min_agreement:
 
     A request agrees when its first ``prefix_tokens`` greedy tokens (all recorded, if ``None``) are
     identical. The tolerance is for engines that are not batch-invariant (a different batch shape can
-    flip a near-tie); a precision change alters most sampled outputs (README: the numbers measured).
+    flip a near-tie); a precision change alters most sampled outputs (docs/evaluation.md: the numbers measured).
     """
     agree, compared, examples = output_agreement(baseline, candidate, prefix_tokens)
     if compared == 0:

@@ -101,7 +101,7 @@ class Calibration:
         One H200 host kind ran the same configuration's CPU-bound steps up to twice as slowly from one engine start to
         the next while the GPU's kernels did not move; on one lease the probe before each start told the slow starts
         from the fast, on the next it moved within a start, and over three leases a rule on it did no better than one
-        constant factor (README, "The twenty-sixth and twenty-seventh leases"): whether it helps is the host's.
+        constant factor (research/calibration-notebook.md): whether it helps is the host's.
         """
         if self.cpu_probe_ref_ms <= 0:
             raise CalibrationError(f"calibration {self.id!r} has no CPU-probe reference (cpu_probe_ref_ms is 0): "

