@@ -3,8 +3,9 @@
 The search drives the environment through its own actions (flag steps with auto-bench), so what it
 prints is exactly what an agent would have earned: the best configuration found, its telemetry
 beside vLLM's defaults for every workload, the submission's verdict, and a PNG of the objective
-over the steps; what it cost in GPU-seconds (simulated: what the real engine would have taken);
-and how much experience it left in the store (every measurement and the episode are recorded there).
+over the steps, each improvement labelled with the flag change that made it; what it cost in
+GPU-seconds (simulated: what the real engine would have taken); and what this run recorded in the
+experience store, whose path it prints before it starts (``RSI_ENV_STORE=off`` records nothing).
 """
 
 from __future__ import annotations
@@ -29,14 +30,19 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
     import gymnasium as gym
 
     import rsi_env  # noqa: F401  (registers the envs)
-
-    t0 = time.perf_counter()
     from rsi_env.envs.core import RsiEnv
+    from rsi_env.store import default_store
+
+    store = default_store()
+    before = store.stats() if store is not None else None
+    print(f"rsi-env demo: recording into the experience store {before['store']} (RSI_ENV_STORE=off: nothing)"
+          if before else "rsi-env demo: the experience store is off (RSI_ENV_STORE); nothing is recorded", flush=True)
+    t0 = time.perf_counter()
 
     env = gym.make(env_id, max_steps=budget + 2, max_measurements=budget + 1, **env_kwargs).unwrapped
     assert isinstance(env, RsiEnv)
     env.reset(seed=0)
-    history: list[float] = []
+    history: list[tuple[float, float, str]] = []  # per step: its score, the best so far, the change it tried
     best_cfg = env.config
     best = 0.0
     improved = True
@@ -53,7 +59,7 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
                     continue
                 _, _, _, _, info = env.step(env.flag_action(name, v))
                 s = info["score"] if info["score"] is not None else -math.inf
-                history.append(max(best, s) if math.isfinite(s) else best)
+                history.append((s, max(best, s) if math.isfinite(s) else best, f"{name}={v}"))
                 if math.isfinite(s) and s > best + 1e-9:
                     best, best_cfg, improved = s, env.config, True
     env.config = best_cfg
@@ -78,34 +84,48 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
               f"{'PASSED' if info['verdict']['passed'] else 'FAILED'}: {info['verdict']['guards']}"]
     lines.append(f"cost: {env.cost.summary()}")
     env.close()  # records the episode in the experience store
-    from rsi_env.store import default_store
-
-    store = default_store()
-    stored = store.stats() if store is not None else None
-    lines.append(f"experience store: {stored['measurements']} measurements, {stored['episodes']} episodes in "
-                 f"{stored['store']} (rsi-env experience stats)" if stored else
-                 "experience store: off (RSI_ENV_STORE); nothing recorded")
+    after = store.stats() if store is not None else None
+    if before and after:
+        lines.append(f"experience store: this run recorded {after['measurements'] - before['measurements']} "
+                     f"measurements and {after['episodes'] - before['episodes']} episode in {after['store']} "
+                     f"(it holds {after['measurements']} and {after['episodes']}: rsi-env experience stats)")
+    else:
+        lines.append("experience store: off (RSI_ENV_STORE); nothing recorded")
+    stored = after
     if plot:
         _plot(history, env_id, plot)
         lines.append(f"plot: {Path(plot).resolve()}")
     print("\n".join(lines))
-    return {"best_score": best, "gain": gain, "config": best_cfg.to_dict(only_set=True), "history": history,
-            "passed": info["verdict"]["passed"], "seconds": wall, "cost": env.cost.to_dict(), "store": stored}
+    return {"best_score": best, "gain": gain, "config": best_cfg.to_dict(only_set=True),
+            "history": [b for _, b, _ in history], "passed": info["verdict"]["passed"], "seconds": wall,
+            "cost": env.cost.to_dict(), "store": stored}
 
 
-def _plot(history: list[float], env_id: str, path: str) -> None:
+def _plot(history: list[tuple[float, float, str]], env_id: str, path: str) -> None:
+    """Every step's score (dots) and the best so far (line), each new best labelled with its change."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
-    ax.plot(range(1, len(history) + 1), [math.expm1(h) * 100 for h in history], drawstyle="steps-post")
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    steps = range(1, len(history) + 1)
+    pct = [math.expm1(b) * 100 for _, b, _ in history]
+    tried = [(i, math.expm1(s) * 100) for i, (s, _, _) in zip(steps, history, strict=True) if math.isfinite(s)]
+    ax.plot(steps, pct, drawstyle="steps-post", label="best so far")
+    ax.scatter([i for i, _ in tried], [v for _, v in tried], s=10, color="grey", zorder=3, label="each step's change")
+    prev, labels = 0.0, 0
+    for i, (_, b, change) in zip(steps, history, strict=True):
+        if b > prev + 1e-9:
+            ax.annotate(change, (i, math.expm1(b) * 100), textcoords="offset points", xytext=(6, -12 - 10 * labels),
+                        fontsize=7, arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"})
+            prev, labels = b, labels + 1
     ax.axhline(0, color="grey", lw=0.8, ls="--", label="vLLM defaults")
-    ax.set_xlabel("step (one measurement each)")
-    ax.set_ylabel("best objective vs defaults (%)")
+    ax.set_xlabel("step (one flag change and its measurement each)")
+    ax.set_ylabel("objective vs defaults (%)")
     ax.set_title(f"{env_id}: coordinate descent on the sim tier")
-    ax.legend(loc="lower right")
+    ax.margins(y=0.12)
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

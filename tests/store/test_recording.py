@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import gymnasium as gym
 import pytest
@@ -137,7 +138,10 @@ def test_best_configs_by_metric_and_by_task(store):
 
 def test_demo_fills_the_default_store_and_stats_reports_it(store, capsys, tmp_path):
     assert main(["demo", "--budget", "6", "--no-plot"]) == 0
-    assert "experience store:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith(f"rsi-env demo: recording into the experience store {store.path}")  # said before it writes
+    recorded = re.search(r"this run recorded (\d+) measurements and 1 episode in ", out)
+    assert recorded and int(recorded.group(1)) >= 6, out
     assert main(["experience", "stats", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["measurements"] >= 6 and stats["episodes"] == 1 and stats["store"] == store.path
