@@ -17,8 +17,9 @@ class ParallelismEnv(RsiEnv):
 
     Tensor, pipeline and data parallel sizes (their product at most ``num_gpus``, 8 by default), with
     ``max_num_seqs`` and the token budget: more replicas add throughput, more tensor parallelism cuts
-    latency but adds all-reduces. The objective is the cost per million output tokens of requests that
-    meet TTFT <= 5 s and TPOT <= 60 ms, lower is better; the start is tensor_parallel_size=8.
+    latency but adds all-reduces. The objective, driven by 256 concurrent users, is the cost per million
+    output tokens of requests that meet TTFT <= 5 s and TPOT <= 60 ms, lower is better; the start is
+    tensor_parallel_size=8.
 
     ## Arguments, Action Space, Observation Space
 

@@ -15,7 +15,8 @@ class QuantizationEnv(RsiEnv):
     Online fp8 weights (``quantization="fp8"``) halve the bytes every decode step reads and double the
     matrix rate on chips with fp8 units; an fp8 KV cache doubles the blocks and halves the KV reads.
     Each has a declared accuracy cost (task data: 0.6 % and 0.3 % of a quality score); the sum must
-    stay within the 1 % budget. The objective is output tokens/s on short-answer and long-context traffic.
+    stay within the 1 % budget. The objective is output tokens/s on short-answer and long-context traffic
+    from 256 concurrent users, under TTFT <= 3 s and TPOT <= 40 ms for 90 % of requests.
 
     ## Arguments, Action Space, Observation Space
 

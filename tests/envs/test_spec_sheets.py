@@ -1,0 +1,74 @@
+"""Every env's spec sheet (its class docstring) states its task's numbers as the task data has them, and a
+task's data cannot change under the same id: what an agent is paid for is the id's contract."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import yaml
+
+import rsi_env  # noqa: F401  (registers the envs)
+from rsi_env.envs.task import load_task
+
+TASK_DIR = Path(rsi_env.__file__).parent / "catalog" / "tasks"
+
+IDS = sorted(k for k in gym.registry if k.startswith("RSI/"))
+
+# sha256 (12) of each task's data as parsed. A change of a task's rewards or dynamics is a new version of
+# its id (Gymnasium's rule): register RSI/<Task>-v<n+1> with the new data rather than update this table.
+TASK_DATA = {
+    "RSI/Batching-v0": "88da4c7bdc66",
+    "RSI/BugFix-v0": "13b02861f3ce",
+    "RSI/DayZero-v0": "38b8b9df490a",
+    "RSI/KVCache-v0": "fb5f61cd8814",
+    "RSI/Kernel-v0": "3aa04f4ad993",
+    "RSI/Parallelism-v0": "6861d6098640",
+    "RSI/PrefixCache-v0": "15252b88b260",
+    "RSI/Quantization-v0": "eacc91e7afe7",
+    "RSI/Scheduler-v0": "b29d005787e5",
+}
+
+
+def _data_hash(task_id: str) -> str:
+    raw = next(yaml.safe_load(p.read_text()) for p in sorted(TASK_DIR.glob("*.yaml"))
+               if yaml.safe_load(p.read_text())["id"] == task_id)
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _doc(task_id: str) -> str:
+    module, name = load_task(task_id).entry_point.split(":")
+    return " ".join((getattr(importlib.import_module(module), name).__doc__ or "").split())
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms:g} ms"
+
+
+@pytest.mark.parametrize("task_id", IDS)
+def test_the_spec_sheet_states_the_task_data(task_id: str):
+    t, doc = load_task(task_id), _doc(task_id)
+    facts = [f"``max_steps`` ({t.max_steps}) steps", f"At most {t.max_measurements} measurements",
+             f"x {t.cost_per_gpu_second:g}"]
+    if t.load and t.load.get("process") == "closed":
+        facts.append(f"{t.load['concurrency']} concurrent users")
+    if "ttft_ms" in t.slo and t.metric != "ttft_p99":
+        facts.append(f"TTFT <= {_ms(t.slo['ttft_ms'])}")
+    if "tpot_ms" in t.slo:
+        facts.append(f"TPOT <= {_ms(t.slo['tpot_ms'])}")
+    if "default to" in doc:
+        facts.append(f"default to {t.default_model} on {t.default_hardware}")
+    if "beats the defaults by" in doc:
+        facts.append(f"beats the defaults by {t.improvement_threshold * 100:g}%")
+    missing = [f for f in facts if f not in doc]
+    assert not missing, f"{task_id}'s spec sheet lacks {missing} (its task data)"
+
+
+@pytest.mark.parametrize("task_id", IDS)
+def test_a_task_s_data_is_its_id_s_contract(task_id: str):
+    assert _data_hash(task_id) == TASK_DATA[task_id], (
+        f"{task_id}'s task data changed: a change of its rewards or dynamics is a new version of the id")
