@@ -13,6 +13,7 @@ import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
+from rsi_env.dayzero import vllm_check
 from rsi_env.dayzero.checks import FEATURES, HIDDEN, load_feature
 from rsi_env.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, check_in_vllm, reference_gaps, reference_tokens
 from rsi_env.envs.dayzero import TEMPLATE_DIR
@@ -48,18 +49,29 @@ def test_vllm_runs_the_reference_class_and_not_the_template(feature: str):
     plain = check_in_vllm((TEMPLATE_DIR / "vllm_model.py").read_text(), f)
     assert not plain.ok and TEMPLATE_FAILS[feature] in plain.reason, plain.reason
     solved = check_in_vllm(VLLM_SOLUTIONS[feature], f)
-    if feature == "shared_experts" and not solved.ok:
-        pytest.xfail(f"known defect (issue 26's note): the reference class parts from the reference on some seeds, "
-                     f"by whole logits at one or two tokens: {solved.reason}")
     assert solved.ok, solved.reason
     assert solved.seed is not None
     _, want, _ = reference_tokens(f, solved.seed)
     assert solved.tokens is not None and len(want) == 3 and all(len(t) == NEW_TOKENS for t in want)
     if solved.tokens == want:
         assert "the reference's 24 greedy tokens" in solved.reason
-    else:  # vLLM's float32 (and its fused kernels) parted from the float64 reference where its top two were close
+    else:  # vLLM's float32 parted from the float64 reference where its top two were close
         assert "within" in solved.reason and max(map(max, reference_gaps(f, solved.seed, solved.tokens))) <= TOLERANCE
     assert plain.seed not in (None, solved.seed)  # each check its own model: no answer carries over
+
+
+def test_the_check_lets_vllm_choose_eos_as_the_reference_does(monkeypatch: pytest.MonkeyPatch):
+    """Seed 1728568313's reference chooses token 2 (Llama's EOS) third on prompt 1: vLLM's min-tokens processor
+    would mask it and take the runner-up, 0.30 below; the check asks for exact lengths without it."""
+    f, seed = load_feature("shared_experts"), 1728568313
+    _, want, _ = reference_tokens(f, seed)
+    assert want[1][2] == 2
+    masked = [list(t) for t in want]
+    masked[1][2:] = [102, 132, 5, 5, 84, 195]  # what vLLM generated with min_tokens on
+    assert 0.29 < reference_gaps(f, seed, masked)[1][2] < 0.31
+    monkeypatch.setattr(vllm_check.secrets, "randbelow", lambda n: seed)
+    res = check_in_vllm(VLLM_SOLUTIONS["shared_experts"], f, fresh=True)
+    assert res.ok and res.seed == seed and res.tokens == want, res.reason
 
 
 def test_yarn_tokens_need_yarn_not_only_its_length():
