@@ -1,6 +1,6 @@
 """The host stage alone, moved to the host of one lease: fitted on one pass of its runs, judged on the other.
 
-The seventeenth lease (the one-H200 host kind, `data/measurements/h200-vllm0.26/heldout_lease17.jsonl`) ran five
+The seventeenth lease (the one-H200 host kind, `data/measurements/h200-vllm0.26/heldout_campaign17.jsonl`) ran five
 Llama-3.1-8B configurations twice, in two passes; its machine ran the engine's CPU side slower than the hosts the
 shipped calibration's host stage was fitted on (`short_long`'s defaults at a TPOT p50 of 8.2-9.4 ms, against
 6.7-6.8 ms on the thirteenth lease). This writes the first pass's rows to a file (what a user would give), runs
@@ -28,8 +28,8 @@ from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.fit import HOST, evaluate, run_host_calibration, samples_from_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-LEASE15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"
-LEASE17 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease17.jsonl"
+LEASE15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign15.jsonl"
+LEASE17 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign17.jsonl"
 
 
 def main(argv: list[str]) -> int:

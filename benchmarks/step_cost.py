@@ -33,7 +33,7 @@ from rsi_env.sim.step_groups import DECODE_BINS, decode_bin, price, step_groups,
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [ROOT / "data" / "measurements" / "h200x2-vllm0.26" / f
-        for f in ("lease7.jsonl", "heldout_lease7.jsonl", "lease8.jsonl")]
+        for f in ("campaign7.jsonl", "heldout_campaign7.jsonl", "campaign8.jsonl")]
 MODE_NAMES = {code: name.lower() for name, code in GRAPH_MODES.items()}
 
 

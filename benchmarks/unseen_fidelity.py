@@ -4,98 +4,98 @@
   an H200, vLLM 0.26.0) measured on the task's own workloads at reset seed 1000 (closed loops of 256 users):
   16 measurements. ``quantization`` and ``prefix_cache``: the same for `RSI/Quantization-v0` (vLLM's defaults,
   fp8 KV cache, fp8 weights, both: 8) and `RSI/PrefixCache-v0` (light load: 6, and their repeat: 6).
-- ``heldout``: `data/measurements/h200x2-vllm0.26/heldout_lease4.jsonl`, 6 configurations measured for this
+- ``heldout``: `data/measurements/h200x2-vllm0.26/heldout_campaign4.jsonl`, 6 configurations measured for this
   purpose and never given to `rsi-env calibrate` (Llama-3.1-8B, Qwen2.5-7B, Mistral-7B, Qwen3-30B-A3B; flags
   the searches vary) on the calibration workloads: 42 measurements.
-- ``heldout5``: `data/measurements/h200x2-vllm0.26/heldout_lease5.jsonl`, the fifth lease's: Llama-3.1-8B at
+- ``heldout5``: `data/measurements/h200x2-vllm0.26/heldout_campaign5.jsonl`, the fifth lease's: Llama-3.1-8B at
   192 sequences / 10,240 tokens and with fp8 weights at 256 sequences, Mistral-7B at 256 / 4,096, Qwen3-30B-A3B
   at 128 / 6,144 (twice) and at 256 (again, after the fourth lease's run): 42 measurements.
-- ``heldout6``: `data/measurements/h200x2-vllm0.26/heldout_lease6.jsonl`, the sixth lease's, chosen before the
+- ``heldout6``: `data/measurements/h200x2-vllm0.26/heldout_campaign6.jsonl`, the sixth lease's, chosen before the
   session's model changes were fitted: Llama-3.1-8B at 96 / 3,072, at 48 / 1,024 and with 32-token blocks at 320
   sequences, Llama-3.2-1B at 4,096 tokens, Qwen2.5-7B with an fp8 KV cache at 384 and at 160 / 2,048, Mistral-7B
   at 64 / 2,048 and with fp8 weights, Qwen3-30B-A3B at 128 / 6,144 (a third time, with the final warm-up), at
   384 / 3,072 and with an fp8 KV cache at 256: 77 measurements.
-- ``heldout7``: `data/measurements/h200x2-vllm0.26/heldout_lease7.jsonl`, the seventh lease's, chosen before the
+- ``heldout7``: `data/measurements/h200x2-vllm0.26/heldout_campaign7.jsonl`, the seventh lease's, chosen before the
   session's model change was fitted (step traces with each step's composition): Llama-3.1-8B at 128 sequences,
   at 16,384 tokens, with an fp8 KV cache at 4,096 tokens and with fp8 weights at 512 sequences, Qwen2.5-7B at
   512 / 4,096 and at 96 sequences, Mistral-7B at 256, Llama-3.2-1B at 256, Qwen3-30B-A3B at 512 sequences, at
   160 / 2,048, at 12,288 tokens and at 128 / 6,144 (a fourth time; its ``short_long`` paused 2 s for a fused-MoE
   JIT compile again): 83 measurements.
 
-- ``heldout10``: `data/measurements/h200x2-vllm0.26/heldout_lease10.jsonl`, the tenth lease's: the four frozen
+- ``heldout10``: `data/measurements/h200x2-vllm0.26/heldout_campaign10.jsonl`, the tenth lease's: the four frozen
   workloads under their own Poisson arrivals (what `rsi-env simulate` users run), chosen before this session's
   fit was picked: Llama-3.1-8B's defaults (twice), at 256 / 4,096 and with an fp8 KV cache at 512 sequences,
   Qwen2.5-7B's defaults and at 128 sequences, Mistral-7B at 4,096 tokens and Llama-3.2-1B's defaults: 32
   measurements.
 
-- ``heldout12``: `data/measurements/h200x2-vllm0.26/heldout_lease12.jsonl`, the twelfth lease's: the tenth's
+- ``heldout12``: `data/measurements/h200x2-vllm0.26/heldout_campaign12.jsonl`, the twelfth lease's: the tenth's
   protocol with one engine at a time on that host (every earlier lease there ran two side by side): Llama-3.1-8B's
   defaults twice and Qwen2.5-7B's: 12 measurements.
 
-- ``heldout11``: `data/measurements/h200-vllm0.26/heldout_lease11.jsonl`, the eleventh lease's (the one-H200 host):
+- ``heldout11``: `data/measurements/h200-vllm0.26/heldout_campaign11.jsonl`, the eleventh lease's (the one-H200 host):
   four of the tenth lease's configurations on the same workloads (Llama-3.1-8B's defaults and 256 / 4,096,
   Qwen2.5-7B's defaults, Mistral-7B at 4,096 tokens): 16 measurements. Not in the pool: another host.
 
-- ``heldout14``: `data/measurements/h200-vllm0.26/heldout_lease14.jsonl`, the fourteenth lease's (the one-H200
+- ``heldout14``: `data/measurements/h200-vllm0.26/heldout_campaign14.jsonl`, the fourteenth lease's (the one-H200
   host), chosen and measured before the host stage it tests was fitted: Llama-3.1-8B's defaults and at 2,048
   batched tokens, Qwen2.5-7B at 256 / 4,096 and Mistral-7B with an fp8 KV cache: 16 measurements. ``one_h200``
   pools it with ``heldout11``: the host the shipped calibration's host stage is for (its runs: the ninth lease's
-  closed loops and the thirteenth's, `data/measurements/h200-vllm0.26/lease{9,13}.jsonl`).
+  closed loops and the thirteenth's, `data/measurements/h200-vllm0.26/campaign{9,13}.jsonl`).
 
-- ``heldout15``: `data/measurements/h200-vllm0.26/heldout_lease15.jsonl`, the fifteenth lease's (the one-H200 host),
+- ``heldout15``: `data/measurements/h200-vllm0.26/heldout_campaign15.jsonl`, the fifteenth lease's (the one-H200 host),
   a test of ranking chosen and committed before it was measured: Llama-3.1-8B's defaults, at 32 and 96 sequences,
   at 1,024 batched tokens and with enforce_eager, Qwen2.5-7B's defaults, at 64 / 2,048 and with enforce_eager: 32
   measurements, five and three configurations per model and workload. Pooled into ``one_h200``.
-- ``heldout16``: `data/measurements/h200-vllm0.26/heldout_lease16.jsonl`, the sixteenth lease's (the one-H200 host),
+- ``heldout16``: `data/measurements/h200-vllm0.26/heldout_campaign16.jsonl`, the sixteenth lease's (the one-H200 host),
   measured as training runs for a host-stage term of enforce_eager's launches that was fitted and dropped (README),
   so no shipped calibration has seen them: enforce_eager on Llama-3.1-8B at 256 sequences, Mistral-7B, Qwen2.5-7B
   at 128 sequences and Llama-3.2-1B, and Llama-3.1-8B at 64 sequences: 20 measurements. Pooled into ``one_h200``.
-- ``heldout17``: `data/measurements/h200-vllm0.26/heldout_lease17.jsonl`, the seventeenth lease's (the one-H200
+- ``heldout17``: `data/measurements/h200-vllm0.26/heldout_campaign17.jsonl`, the seventeenth lease's (the one-H200
   host), chosen and committed before it was measured: the fifteenth lease's five Llama-3.1-8B configurations twice
   more, in two passes of opposite order: 40 measurements. Pooled into ``one_h200``. With the fifteenth lease's runs
   of them, three runs of each configuration: `rank_repeatability` prints how alike the real engine ranks them run
   to run (within a lease and across two) beside how alike the simulator ranks them. Its step traces were given to
   the shipped calibration's launch stage (README); its end-to-end times to no fit.
-- ``heldout18``: `data/measurements/h200-vllm0.26/heldout_lease18.jsonl`, the eighteenth lease's (the one-H200
+- ``heldout18``: `data/measurements/h200-vllm0.26/heldout_campaign18.jsonl`, the eighteenth lease's (the one-H200
   host), chosen and committed before it was measured: Llama-3.1-8B's defaults, long_prefill_token_threshold 256,
   chunked prefill off, 64-token blocks, gpu_memory_utilization 0.14 and 0.145 (preempting), three of them twice:
   36 measurements. Pooled into ``one_h200``. Its KV-cache sizes were then given to the shipped calibration's memory
   stage and its step traces to the launch stage (README); its end-to-end times to no fit.
-- ``heldout20``: `data/measurements/h200-vllm0.26/heldout_lease20.jsonl`, the twentieth lease's (the one-H200 host),
+- ``heldout20``: `data/measurements/h200-vllm0.26/heldout_campaign20.jsonl`, the twentieth lease's (the one-H200 host),
   committed before it was measured: vLLM's defaults on Llama-3.1-8B four times, alternately without and with
   ``min_tokens`` in the requests: 16 measurements, nothing of them fitted. Pooled into ``one_h200``.
-- ``heldout21``: `data/measurements/h200-vllm0.26/heldout_lease21.jsonl`, the twenty-first lease's (the one-H200
+- ``heldout21``: `data/measurements/h200-vllm0.26/heldout_campaign21.jsonl`, the twenty-first lease's (the one-H200
   host), committed with both calibrations' predictions before it was measured
-  (`configs/calibration/h200_lease21.predictions.jsonl`): Qwen2.5-7B's and Llama-3.2-1B's defaults, Llama-3.1-8B at
+  (`research/plans/h200_campaign21.predictions.jsonl`): Qwen2.5-7B's and Llama-3.2-1B's defaults, Llama-3.1-8B at
   256 / 4,096 and Mistral-7B at 128 sequences: 16 measurements, nothing of them fitted. Pooled into ``one_h200``.
-- ``heldout22``: `data/measurements/h200-vllm0.26/heldout_lease22.jsonl`, the twenty-second lease's (the one-H200
+- ``heldout22``: `data/measurements/h200-vllm0.26/heldout_campaign22.jsonl`, the twenty-second lease's (the one-H200
   host), committed with both calibrations' predictions before it was measured
-  (`configs/calibration/h200_lease22.predictions.jsonl`): Llama-3.1-8B at 128 sequences, Qwen2.5-7B at 2,048 batched
+  (`research/plans/h200_campaign22.predictions.jsonl`): Llama-3.1-8B at 128 sequences, Qwen2.5-7B at 2,048 batched
   tokens, Mistral-7B's defaults and Llama-3.2-1B at 256 sequences: 16 measurements, nothing of them fitted. Pooled
   into ``one_h200``.
-- ``heldout23``: `data/measurements/h200-vllm0.26/heldout_lease23.jsonl`, the twenty-third lease's (the one-H200
+- ``heldout23``: `data/measurements/h200-vllm0.26/heldout_campaign23.jsonl`, the twenty-third lease's (the one-H200
   host), committed with the shipped calibration's predictions before it was measured
-  (`configs/calibration/h200_lease23.predictions.jsonl`): Llama-3.1-8B at gpu_memory_utilization 0.5, Qwen2.5-7B at
+  (`research/plans/h200_campaign23.predictions.jsonl`): Llama-3.1-8B at gpu_memory_utilization 0.5, Qwen2.5-7B at
   192 sequences, Mistral-7B at 2,048 batched tokens and Llama-3.2-1B at 4,096 batched tokens: 16 measurements,
   nothing of them fitted. Pooled into ``one_h200``.
-- ``heldout24``: `data/measurements/h200-vllm0.26/heldout_lease24.jsonl`, the twenty-fourth lease's (the one-H200
+- ``heldout24``: `data/measurements/h200-vllm0.26/heldout_campaign24.jsonl`, the twenty-fourth lease's (the one-H200
   host), committed with the shipped calibration's predictions before it was measured
-  (`configs/calibration/h200_lease24.predictions.jsonl`): vLLM's defaults on Llama-3.1-8B, Qwen2.5-7B, Mistral-7B and
+  (`research/plans/h200_campaign24.predictions.jsonl`): vLLM's defaults on Llama-3.1-8B, Qwen2.5-7B, Mistral-7B and
   Llama-3.2-1B again, the first rows with the host's CPU probe: 16 measurements, nothing of them fitted. Pooled into
   ``one_h200``.
-- ``heldout25``: `data/measurements/h200-vllm0.26/heldout_lease25.jsonl`, the twenty-fifth lease's (the one-H200
+- ``heldout25``: `data/measurements/h200-vllm0.26/heldout_campaign25.jsonl`, the twenty-fifth lease's (the one-H200
   host, right after the twenty-fourth), committed with the shipped calibration's predictions before it was measured
-  (`configs/calibration/h200_lease25.predictions.jsonl`): vLLM's defaults on Llama-3.1-8B, Qwen2.5-7B and Llama-3.2-1B
+  (`research/plans/h200_campaign25.predictions.jsonl`): vLLM's defaults on Llama-3.1-8B, Qwen2.5-7B and Llama-3.2-1B
   once more, the CPU probe taken before each engine started: 12 measurements, nothing of them fitted. Pooled into
   ``one_h200``.
-- ``heldout26``: `data/measurements/h200-vllm0.26/heldout_lease26.jsonl`, the twenty-sixth lease's (the one-H200
+- ``heldout26``: `data/measurements/h200-vllm0.26/heldout_campaign26.jsonl`, the twenty-sixth lease's (the one-H200
   host), committed with the shipped calibration's predictions before it was measured: vLLM's defaults on Llama-3.1-8B
   in four fresh engines one after another, each row with the host's CPU shares through its workload: 16 measurements,
   nothing of them fitted. Pooled into ``one_h200``.
-- ``heldout27``: `data/measurements/h200-vllm0.26/heldout_lease27.jsonl`, the twenty-seventh lease's, the same way:
+- ``heldout27``: `data/measurements/h200-vllm0.26/heldout_campaign27.jsonl`, the twenty-seventh lease's, the same way:
   vLLM's defaults on Qwen2.5-7B, Mistral-7B and Llama-3.1-8B (Llama-3.2-1B's start did not fit in the lease), the CPU
   probe also before each workload: 12 measurements, nothing of them fitted. Pooled into ``one_h200``.
-- ``kv_cache_sizes_heldout19``: `data/measurements/h200-vllm0.26/heldout_lease19.jsonl`, the nineteenth lease's
+- ``kv_cache_sizes_heldout19``: `data/measurements/h200-vllm0.26/heldout_campaign19.jsonl`, the nineteenth lease's
   start-ups of four configurations no fit has seen (Qwen2.5-7B at utilization 0.3, Mistral-7B at 32,768 batched
   tokens, Llama-3.2-1B at 0.1, Llama-3.1-8B at 0.5 / 2,048 tokens / 32-token blocks): the memory plan's
   ``num_gpu_blocks`` against the real engine's, nothing timed.
@@ -133,28 +133,28 @@ from rsi_env.sim.fit import Sample, blocks_error, evaluate, load_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALS = {"batching": ["real.jsonl"], "quantization": ["real.jsonl"], "prefix_cache": ["real.jsonl", "real_repeat.jsonl"]}
-HELDOUT = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease4.jsonl"
-HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease5.jsonl"
-HELDOUT6 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease6.jsonl"
-HELDOUT7 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease7.jsonl"
-HELDOUT10 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease10.jsonl"
-HELDOUT11 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease11.jsonl"
-HELDOUT12 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_lease12.jsonl"
-HELDOUT14 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease14.jsonl"
-HELDOUT15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"
-HELDOUT16 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease16.jsonl"
-HELDOUT17 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease17.jsonl"
-HELDOUT18 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease18.jsonl"
-HELDOUT20 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease20.jsonl"
-HELDOUT21 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease21.jsonl"
-HELDOUT22 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease22.jsonl"
-HELDOUT23 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease23.jsonl"
-HELDOUT24 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease24.jsonl"
-HELDOUT25 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease25.jsonl"
-HELDOUT26 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease26.jsonl"
-HELDOUT27 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease27.jsonl"
-HELDOUT19 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease19.jsonl"
-LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
+HELDOUT = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_campaign4.jsonl"
+HELDOUT5 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_campaign5.jsonl"
+HELDOUT6 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_campaign6.jsonl"
+HELDOUT7 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_campaign7.jsonl"
+HELDOUT10 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_campaign10.jsonl"
+HELDOUT11 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign11.jsonl"
+HELDOUT12 = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "heldout_campaign12.jsonl"
+HELDOUT14 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign14.jsonl"
+HELDOUT15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign15.jsonl"
+HELDOUT16 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign16.jsonl"
+HELDOUT17 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign17.jsonl"
+HELDOUT18 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign18.jsonl"
+HELDOUT20 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign20.jsonl"
+HELDOUT21 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign21.jsonl"
+HELDOUT22 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign22.jsonl"
+HELDOUT23 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign23.jsonl"
+HELDOUT24 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign24.jsonl"
+HELDOUT25 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign25.jsonl"
+HELDOUT26 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign26.jsonl"
+HELDOUT27 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign27.jsonl"
+HELDOUT19 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign19.jsonl"
+LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "campaign13.jsonl"
 
 
 def unseen_samples(task: str = "batching") -> list[Sample]:

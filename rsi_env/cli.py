@@ -50,7 +50,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     tel = simulate(_parse_sets(args.set), args.model, args.hardware, args.workload,
                    engine_version=args.engine_version, usage_context=args.usage_context,
-                   calibration=args.calibration, cpu_probe_ms=args.cpu_probe_ms)
+                   calibration=args.calibration)
     return _report(tel, args.json)
 
 
@@ -58,8 +58,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     """``rsi-env bench --tier real|sim``: the same arguments and JSON as ``simulate``."""
     if args.tier == "sim":
         return _cmd_simulate(args)
-    if args.cpu_probe_ms is not None:
-        raise RsiEnvError("--cpu-probe-ms tells the sim tier the host's CPU state; the real tier measures its own")
     if args.tier == "endpoint":
         from rsi_env.real.endpoint import EndpointTier
 
@@ -113,16 +111,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.step_measurements and (args.measurements or args.host_measurements or args.memory_measurements
                                    or args.from_store):
         raise RsiEnvError("--step-measurements goes alone (the launch stage from --base or the calibration in use)")
-    if args.probe_measurements and (args.measurements or args.host_measurements or args.memory_measurements
-                                    or args.step_measurements or args.from_store):
-        raise RsiEnvError("--probe-measurements goes alone (the probe stage from --base or the calibration in use)")
-    stage_alone = args.memory_measurements or args.step_measurements or args.probe_measurements
+    stage_alone = args.memory_measurements or args.step_measurements
     if args.base and (args.measurements or not (args.host_measurements or stage_alone)):
-        raise RsiEnvError("--base goes with --host-measurements, --memory-measurements, --step-measurements or "
-                          "--probe-measurements alone (that stage from the calibration given); --measurements fits a "
-                          "calibration from scratch")
-    for path in (args.measurements + args.host_measurements + args.memory_measurements + args.step_measurements
-                 + args.probe_measurements):
+        raise RsiEnvError("--base goes with --host-measurements, --memory-measurements or --step-measurements alone "
+                          "(that stage from the calibration given); --measurements fits a calibration from scratch")
+    for path in args.measurements + args.host_measurements + args.memory_measurements + args.step_measurements:
         if not Path(path).is_file():
             raise RsiEnvError(f"calibrate: no measurements file {path!r}")
     if args.base and not Path(args.base).is_file():
@@ -130,16 +123,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if stage_alone or (args.host_measurements and not args.measurements):
         from rsi_env.sim.calibration import load_calibration
         from rsi_env.sim.launch_fit import run_launch_calibration
-        from rsi_env.sim.probe_fit import run_probe_calibration
 
-        # One stage alone, from --base or the calibration in use: the memory terms, the launch term, the probe's or
-        # the host's.
+        # One stage alone, from --base or the calibration in use: the memory terms, the launch term or the host's.
         base = load_calibration(args.hardware, args.engine_version, args.base) if args.base else None
         try:
-            if args.probe_measurements:
-                report = run_probe_calibration(args.hardware, args.probe_measurements, base=base,
-                                               engine_version=args.engine_version, out=args.out)
-            elif args.step_measurements:
+            if args.step_measurements:
                 report = run_launch_calibration(args.hardware, args.step_measurements, base=base,
                                                 engine_version=args.engine_version, out=args.out, seed=args.seed)
             elif args.memory_measurements:
@@ -160,8 +148,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         report["summary"] += f"\n  written to {report['path']} (the simulator now uses it: the newest fit)"
     elif not args.measurements:
         raise RsiEnvError("calibrate needs --measurements FILE.jsonl ..., --host-measurements FILE.jsonl ..., "
-                          "--memory-measurements FILE.jsonl ..., --step-measurements FILE.jsonl ..., "
-                          "--probe-measurements FILE.jsonl ... or --from-store")
+                          "--memory-measurements FILE.jsonl ..., --step-measurements FILE.jsonl ... or --from-store")
     else:
         report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
                                  out=args.out, seed=args.seed, max_nfev=args.max_nfev,
@@ -201,9 +188,6 @@ def _measure_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--engine-version", default="0.26", help="vLLM release the sim models (sim tier)")
     s.add_argument("--usage-context", default="server", choices=("server", "llm"))
     s.add_argument("--calibration", default=None, help="calibration YAML (default: the catalog's)")
-    s.add_argument("--cpu-probe-ms", type=float, default=None,
-                   help="predict for a host whose CPU probe read this (rsi_env.real.host.cpu_probe_ms on the machine "
-                        "that will run the engine; the calibration needs a probe stage)")
     s.add_argument("--json", action="store_true", help="print one Telemetry as JSON")
 
 
@@ -246,9 +230,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--memory-measurements", nargs="+", default=[],
                    help="runs whose KV-cache sizes (num_gpu_blocks) refit the memory terms of --base (default: the "
                         "calibration in use), timing kept (the memory stage)")
-    c.add_argument("--probe-measurements", nargs="+", default=[],
-                   help="real runs whose rows carry the host's CPU probe: how the CPU terms of --base (default: the "
-                        "calibration in use) move with it, the rest kept (the probe stage)")
     c.add_argument("--step-measurements", nargs="+", default=[],
                    help="runs whose step traces set the CPU launch cost of a step with prompt tokens "
                         "(piecewise_layer_s) of --base (default: the calibration in use), the rest kept (the launch "

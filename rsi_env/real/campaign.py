@@ -1,11 +1,11 @@
 """Run a grid of engine configurations on the real engine, each in its own process, within a deadline.
 
-A plan (``configs/calibration/*.yaml``) lists ``runs`` (model, flags, optionally driver options),
-``workloads`` and optionally ``env`` (variables every run's processes get, e.g. NCCL settings on several GPUs). Each run
-is one :mod:`rsi_env.real.vllm_driver` process in its own process group, killed whole if it
-outlives ``per_run_timeout_s``; no run starts if fewer than ``min_left_s`` seconds remain before
-the deadline. Results are appended to one JSON-lines file as they come, so a cut-short campaign
-keeps everything it measured.
+A plan (``research/plans/*.yaml`` has every one the shipped calibration came from) lists ``runs`` (model, flags,
+optionally driver options), ``workloads`` and optionally ``env`` (variables every run's processes get, e.g. NCCL
+settings on several GPUs). Each run is one :mod:`rsi_env.real.vllm_driver` process in its own process group, killed
+whole if it outlives ``per_run_timeout_s``; no run starts if fewer than ``min_left_s`` seconds remain before the
+deadline. Results are appended to one JSON-lines file as they come, so a cut-short campaign keeps everything it
+measured.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _run_one(cmd: list[str], timeout: float, log: Path, env: dict[str, str]) -> 
 def _selected_runs(runs: list[dict], only: list[str]) -> list[dict]:
     """The plan's runs named in ``only``, in that order (a second pass can reverse the first), or all of them.
 
-    A name the plan lacks is refused before anything runs: a typo would otherwise spend a lease doing nothing.
+    A name the plan lacks is refused before anything runs: a typo would otherwise spend GPU time doing nothing.
     """
     if not only:
         return runs

@@ -2,14 +2,14 @@
 
 The same configuration of the same vLLM on the same GPU model measures differently on different hosts: the
 engine core's CPU work (scheduling, launching steps outside CUDA graphs) is on the host's CPU, and a workload at
-its tipping point amplifies a few percent of step time into a different steady state (the tenth and eleventh
-leases: Llama-3.1-8B's `many_small` at TPOT p50 23-45 ms on one host kind, 10-13 ms on the other, with the same
+its tipping point amplifies a few percent of step time into a different steady state (two H200 host
+kinds: Llama-3.1-8B's `many_small` at TPOT p50 23-45 ms on one host kind, 10-13 ms on the other, with the same
 driver and flags). Every real row therefore says where it was measured (``host``), so that rows of one host can be
 told from another's when a calibration is fitted or an error is read. Names are hashed: a row identifies a host,
 it does not publish its name.
 
 One host kind also changes over time: on the one-H200 machines the CPU work of a step (a piecewise step's launches,
-an eager step, a small model's decode step) took up to twice as long on some leases as on others, while GPU-bound
+an eager step, a small model's decode step) took up to twice as long on some days as on others, while GPU-bound
 steps did not move (docs/fidelity.md). ``cpu_probe_ms`` times a fixed piece of pure-Python work on the driver's
 CPU when the row is measured, so that later fits can tell those states apart. A probe is one moment, though, and the
 slow steps come and go within a workload; `CpuShares` reads the kernel's own accounting instead (``/proc/stat``): what

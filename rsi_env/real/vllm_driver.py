@@ -221,9 +221,8 @@ async def _main_async(args: argparse.Namespace) -> int:
         logging.getLogger("vllm.v1.metrics.loggers").setLevel(logging.WARNING)
     eargs = AsyncEngineArgs(model=str(tmp), load_format=load_format, skip_tokenizer_init=True,
                             generation_config="vllm", disable_log_stats=False, seed=0, **extra, **flags)
-    # The CPU probe before the engine starts: the twenty-fourth lease's probes, taken after start-up with the engine
-    # running beside them (its processes, and threads in this one), read 18-23 ms against 14 ms taken on the same
-    # machine before and after the campaign.
+    # The CPU probe before the engine starts: taken after start-up, with the engine's processes and threads running
+    # beside it, an H200 host's probe read 18-23 ms against 14 ms on the same machine idle.
     probe = cpu_probe_ms()
     t_start = time.perf_counter()
     vllm_config = eargs.create_engine_config(usage_context=ctx)

@@ -47,7 +47,6 @@ def simulate_detailed(
     slo: SLO | None = None,
     check_invariants: bool = False,
     engine_cls: Callable[..., EngineSim] = EngineSim,
-    cpu_probe_ms: float | None = None,
 ) -> tuple[Telemetry, ResolvedConfig | None, MemoryPlan | None, list[SimResult]]:
     """Like :func:`simulate`, also returning the resolved config, the memory plan and raw results.
 
@@ -58,8 +57,6 @@ def simulate_detailed(
     hw = load_hardware(hardware)
     wl = load_workload(workload)
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(hw.name, engine_version, calibration)
-    if cpu_probe_ms is not None:
-        cal = cal.at_cpu_probe(cpu_probe_ms)
     cfg_in = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
     try:
         cfg = cfg_in.resolve(spec, hw, engine_version, usage_context)
@@ -117,16 +114,10 @@ def simulate(
     usage_context: str = "server",
     calibration: Calibration | str | Path | None = None,
     slo: SLO | None = None,
-    cpu_probe_ms: float | None = None,
 ) -> Telemetry:
-    """Simulate ``workload`` on vLLM with ``engine_config``; errors come back in ``Telemetry.error``.
-
-    ``cpu_probe_ms``: predict for a host whose CPU probe (`rsi_env.real.host.cpu_probe_ms`, taken on the machine
-    that will run the engine) read this (`Calibration.at_cpu_probe`); the calibration must have a probe stage.
-    """
+    """Simulate ``workload`` on vLLM with ``engine_config``; errors come back in ``Telemetry.error``."""
     return simulate_detailed(engine_config, model, hardware, workload, engine_version=engine_version,
-                             usage_context=usage_context, calibration=calibration, slo=slo,
-                             cpu_probe_ms=cpu_probe_ms)[0]
+                             usage_context=usage_context, calibration=calibration, slo=slo)[0]
 
 
 class SimTier:

@@ -99,13 +99,13 @@ class Calibration:
         ``(probe_ms / cpu_probe_ref_ms) ** cpu_probe_exp``, every GPU term kept, the id marked with the probe.
 
         One H200 host kind ran the same configuration's CPU-bound steps up to twice as slowly from one engine start to
-        the next while the GPU's kernels did not move; on one lease the probe before each start told the slow starts
-        from the fast, on the next it moved within a start, and over three leases a rule on it did no better than one
-        constant factor (research/calibration-notebook.md): whether it helps is the host's.
+        the next while the GPU's kernels did not move; a rule on the probe did no better there than one constant
+        factor (research/calibration-notebook.md), so the stage that fits it is a study (research/probe_fit.py),
+        and ``simulate`` takes a calibration moved by it like any other.
         """
         if self.cpu_probe_ref_ms <= 0:
             raise CalibrationError(f"calibration {self.id!r} has no CPU-probe reference (cpu_probe_ref_ms is 0): "
-                                   "fit one with `rsi-env calibrate --probe-measurements`")
+                                   "fit one with research/probe_fit.py")
         if not (probe_ms > 0 and math.isfinite(probe_ms)):
             raise CalibrationError(f"a CPU probe is a positive number of milliseconds, not {probe_ms!r}")
         f = (probe_ms / self.cpu_probe_ref_ms) ** self.cpu_probe_exp

@@ -53,7 +53,7 @@ MEMORY = ("non_torch_bytes", "act_token_coef", "act_logit_coef")
 # but not these (`many_small`'s steps took 8-12 ms on the one-H200 host and 13-30 ms on the two-GPU host): the host
 # stage (`fit_host`) refits them on the runs of the host a calibration is for.
 HOST = tuple(n for n in CPU_TERMS if n != "eager_layer_s")
-# The probe stage (`rsi_env.sim.probe_fit`): how the CPU terms move with the host's CPU probe.
+# The probe stage (research/probe_fit.py): how the CPU terms move with the host's CPU probe.
 PROBE = ("cpu_probe_ref_ms", "cpu_probe_exp")
 NOISY = frozenset({"many_small"})
 # A MoE run whose step trace stops this long between two steps had vLLM JIT-compiling its fused-MoE kernel
@@ -303,7 +303,7 @@ def fit(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: i
 def fit_host(samples: list[Sample], hw: HardwareSpec, start: Calibration, max_nfev: int = 60) -> Calibration:
     """The host stage: the `HOST` terms refitted on one host's runs, every term of the GPU and the model fixed.
 
-    The GPU terms need many configurations (models, parallelism, fp8, MoE) that one host's short lease cannot
+    The GPU terms need many configurations (models, parallelism, fp8, MoE) that one host's few runs cannot
     measure; the CPU terms need only that host's runs of a few. A MoE model's runs stay out (their JIT pauses,
     see `fit`) where dense ones are given.
     """
@@ -451,8 +451,8 @@ def run_host_calibration(hardware: str, host_measurements: list[str], *, base: C
     """The host stage alone: ``base`` (default: the calibration in use for the hardware) moved to a new host.
 
     One host's CPU sets the engine's pace wherever the GPU waits for it (small steps, many requests, the front
-    end): the same H200 model ran `short_long`'s defaults at a TPOT p50 of 6.8 ms on one lease's host and 8.2-9.4
-    ms on another's (`data/measurements/h200-vllm0.26/heldout_lease{15,17}.jsonl`). A few runs on the new host and
+    end): the same H200 model ran `short_long`'s defaults at a TPOT p50 of 6.8 ms on one host and 8.2-9.4
+    ms on another (both in `data/measurements/h200-vllm0.26/`). A few runs on the new host and
     a minute of fitting refit its `HOST` terms, every GPU and model term kept; no main fit (tens of minutes) is
     repeated. The calibration written keeps the base's provenance, names the base, and records the host stage
     (split, errors before and after, the host) in place of the base's.

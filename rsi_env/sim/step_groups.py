@@ -1,6 +1,6 @@
 """Real engine steps grouped by what they ran, and priced by the simulator's cost model.
 
-A real row's step trace (`rsi_env.real.step_trace`) says, since the seventh lease, what every step scheduled: its
+A real row's step trace (`rsi_env.real.step_trace`) says what every step scheduled: its
 prompt requests and tokens and its decode requests (vLLM's iteration details). Grouped by how vLLM ran them —
 one full CUDA graph (decode only, within the largest captured size), piecewise graphs (prompt tokens within it)
 or none (past it) — and by decode requests, their median time checks the cost model with no queueing in
@@ -10,7 +10,7 @@ measurements, so the fit does not use them.)
 
 With async scheduling (vLLM's default) the engine core schedules and launches step k+1 while the GPU runs step k,
 and only then emits step k's output: the CPU launches of a step outside a full CUDA graph show in the gap *before*
-its output (the eighth lease's traces: Llama-3.1-8B, a decode step followed by a piecewise one 15.0 ms then 6.0,
+its output (on an H200, Llama-3.1-8B: a decode step followed by a piecewise one 15.0 ms then 6.0,
 decode steps alone 6.2 ms; the engine core's own inter-token latencies agree). So a group is keyed by the next
 step's mode as well, and `price` sets the next step's launches beside the group's kernels (its own without async
 scheduling).

@@ -114,7 +114,7 @@ def test_moe_terms_are_fitted_on_moe_models_and_the_shared_terms_on_dense_ones()
     the dense configurations fit the shared ones, the MoE configurations only the fused-MoE caches' term."""
     from rsi_env.sim.fit import MEMORY, MOE, TIMING, fit
 
-    rows = load_samples([ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "lease4.jsonl"])
+    rows = load_samples([ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "campaign4.jsonl"])
     dense = [s for s in rows if s.model == "llama-3.2-1b" and s.workload.name in ("short_long", "burst_256")]
     moe = [s for s in rows if s.model == "qwen3-30b-a3b" and s.workload.name == "burst_256"]
     assert len(dense) == 2 and len(moe) == 1
@@ -154,7 +154,7 @@ def test_the_host_stage_refits_only_the_hosts_terms_and_fits_that_host_better():
 
     hw, base = load_hardware("h200"), Calibration(hardware="h200", engine_version="0.26", cpu_per_new_req_s=2e-3,
                                                   frontend_s=2e-2)
-    runs = [s for s in load_samples([ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"])
+    runs = [s for s in load_samples([ROOT / "data" / "measurements" / "h200-vllm0.26" / "campaign13.jsonl"])
             if s.model == "llama-3.2-1b"]
     assert len(runs) == 4
     fitted = fit_host(runs, hw, base, max_nfev=6)
@@ -184,7 +184,7 @@ def test_calibrate_with_host_measurements_records_the_host_stage(tmp_path, capsy
     its files in the id's digest; the CLI refuses it beside --from-store, which has no files to name."""
     from rsi_env.cli import main
 
-    rows = (ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl").read_text().splitlines()
+    rows = (ROOT / "data" / "measurements" / "h200-vllm0.26" / "campaign13.jsonl").read_text().splitlines()
     main_rows = [x for x in rows if '"model": "qwen2.5-7b"' in x]
     host_rows = [x for x in rows if '"model": "llama-3.2-1b"' in x or '"kv_cache_dtype": "fp8", "max_num_seqs"' in x]
     (tmp_path / "m.jsonl").write_text("\n".join(main_rows) + "\n")
@@ -214,7 +214,7 @@ def test_rank_agreement_gives_tied_predictions_their_mean_rank():
     from rsi_env.sim.fit import _predict, rank_agreement
 
     hw, cal = load_hardware("h200"), load_calibration("h200", "0.26")
-    rows = [s for s in load_samples([ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease15.jsonl"])
+    rows = [s for s in load_samples([ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign15.jsonl"])
             if s.model == "llama-3.1-8b" and s.workload.name == "short_long"]
     assert len(rows) == 5
     pairs = [(s, _predict(s, cal, hw)) for s in rows]
@@ -232,7 +232,7 @@ def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys
     from rsi_env.cli import main
     from rsi_env.sim.fit import HOST, run_host_calibration
 
-    rows = (ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease17.jsonl").read_text().splitlines()
+    rows = (ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign17.jsonl").read_text().splitlines()
     host_rows = [x for x in rows if '"flags": {}' in x or '"flags": {"max_num_seqs": 96}' in x][:8]
     assert len(host_rows) == 8
     (tmp_path / "h.jsonl").write_text("\n".join(host_rows) + "\n")
@@ -262,8 +262,7 @@ def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys
     assert main(["calibrate", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
                  "--base", str(other_path)]) == 2
     err = capsys.readouterr().err
-    assert ("--base goes with --host-measurements, --memory-measurements, --step-measurements or "
-            "--probe-measurements alone") in err
+    assert "--base goes with --host-measurements, --memory-measurements or --step-measurements alone" in err
     assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
                  "--base", str(tmp_path / "nope.yaml")]) == 2
     assert "no calibration file" in capsys.readouterr().err
@@ -286,7 +285,7 @@ def test_the_memory_stage_alone_refits_the_kv_terms_and_keeps_the_timing(tmp_pat
     from rsi_env.sim.fit import MEMORY, run_memory_calibration
 
     files = [str(ROOT / m) for m in load_calibration("h200", "0.26").provenance["measurements"]]
-    files.append(str(ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_lease18.jsonl"))
+    files.append(str(ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign18.jsonl"))
     shipped = load_calibration("h200", "0.26")
     off = shipped.with_coefficients({"non_torch_bytes": shipped.non_torch_bytes + 2e9})
     dataclasses.replace(off, id="h200-vllm0.26-off").save(tmp_path / "off.yaml")

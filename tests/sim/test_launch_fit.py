@@ -14,7 +14,7 @@ from rsi_env.sim.launch_fit import LAUNCH, fit_launch, launch_error, launch_grou
 from rsi_env.sim.step_groups import price, step_groups
 
 ROOT = Path(__file__).resolve().parents[2]
-LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "lease13.jsonl"
+LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "campaign13.jsonl"
 SPEC = {"name": "many_small", "seed": 1, "requests": 8, "prompt_tokens": 100, "output_tokens": 20}
 
 

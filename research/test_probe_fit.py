@@ -1,5 +1,5 @@
 """The probe stage: a calibration's CPU terms moved to the host's CPU probe (`Calibration.at_cpu_probe`,
-`rsi_env.sim.probe_fit`)."""
+`research/probe_fit.py`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import dataclasses
 import json
 
 import pytest
+from probe_fit import run_probe_calibration
 
 from rsi_env.engine import Workload
 from rsi_env.errors import CalibrationError
 from rsi_env.sim import simulate
 from rsi_env.sim.calibration import COEFFICIENTS, CPU_TERMS, Calibration, load_calibration
-from rsi_env.sim.probe_fit import run_probe_calibration
 
 BASE = load_calibration("h200", "0.26")
 TRUTH = BASE.with_coefficients({"cpu_probe_ref_ms": 15.0, "cpu_probe_exp": 0.8})
@@ -40,19 +40,19 @@ def test_a_probe_needs_a_reference_and_a_positive_reading():
 
 
 def test_a_slower_probe_slows_the_cpu_bound_workload_not_the_gpu_bound_one():
-    fast = simulate({}, "llama-3.1-8b", "h200", WORKLOAD, calibration=TRUTH, cpu_probe_ms=12.0)
-    slow = simulate({}, "llama-3.1-8b", "h200", WORKLOAD, calibration=TRUTH, cpu_probe_ms=26.0)
+    fast = simulate({}, "llama-3.1-8b", "h200", WORKLOAD, calibration=TRUTH.at_cpu_probe(12.0))
+    slow = simulate({}, "llama-3.1-8b", "h200", WORKLOAD, calibration=TRUTH.at_cpu_probe(26.0))
     assert slow.tpot_p50 > 1.1 * fast.tpot_p50 and slow.ttft_p50 > fast.ttft_p50
     assert fast.calibration.endswith("@probe12ms")
     # a long prompt's prefill is the GPU's work: the probe moves it by far less than the CPU-bound decode above
     long = Workload.from_dict({"name": "one_long", "seed": 1, "requests": 1, "prompt_tokens": 32000,
                                "output_tokens": 2, "arrival": {"process": "burst"}})
-    a = simulate({}, "llama-3.1-8b", "h200", long, calibration=TRUTH, cpu_probe_ms=12.0)
-    b = simulate({}, "llama-3.1-8b", "h200", long, calibration=TRUTH, cpu_probe_ms=26.0)
+    a = simulate({}, "llama-3.1-8b", "h200", long, calibration=TRUTH.at_cpu_probe(12.0))
+    b = simulate({}, "llama-3.1-8b", "h200", long, calibration=TRUTH.at_cpu_probe(26.0))
     assert b.ttft_p50 / a.ttft_p50 < 1.05 < slow.tpot_p50 / fast.tpot_p50
     with pytest.raises(CalibrationError):
-        simulate({}, "llama-3.1-8b", "h200", WORKLOAD, calibration=BASE.with_coefficients({"cpu_probe_ref_ms": 0.0}),
-                 cpu_probe_ms=12.0)
+        simulate({}, "llama-3.1-8b", "h200", WORKLOAD,
+                 calibration=BASE.with_coefficients({"cpu_probe_ref_ms": 0.0}).at_cpu_probe(12.0))
 
 
 def _rows(probes: list[float]) -> list[str]:
@@ -60,7 +60,7 @@ def _rows(probes: list[float]) -> list[str]:
     out = []
     for k, probe in enumerate(probes):
         for model in ("llama-3.1-8b", "qwen2.5-7b"):
-            tel = simulate({}, model, "h200", WORKLOAD, calibration=TRUTH, cpu_probe_ms=probe)
+            tel = simulate({}, model, "h200", WORKLOAD, calibration=TRUTH.at_cpu_probe(probe))
             out.append(json.dumps({"model": model, "flags": {}, "workload": WORKLOAD.name,
                                    "workload_spec": WORKLOAD.to_dict(), "telemetry": tel.to_dict(),
                                    "resolved": {"num_gpu_blocks": tel.num_gpu_blocks}, "vllm_version": "0.26.0",
@@ -68,17 +68,15 @@ def _rows(probes: list[float]) -> list[str]:
     return out
 
 
-def test_the_probe_stage_finds_how_the_cpu_terms_move_and_holds_out_runs(tmp_path, capsys):
-    from rsi_env.cli import main
-
+def test_the_probe_stage_finds_how_the_cpu_terms_move_and_holds_out_runs(tmp_path):
     path = tmp_path / "probed.jsonl"
     path.write_text("\n".join(_rows([11.0, 16.0, 24.0, 30.0])) + "\n")
     base = BASE.with_coefficients({"cpu_probe_ref_ms": 0.0, "cpu_probe_exp": 0.0})  # a calibration with no stage
     base_path = tmp_path / "base.yaml"
     dataclasses.replace(base, id="h200-vllm0.26-noprobe").save(base_path)
-    assert main(["calibrate", "--hardware", "h200", "--probe-measurements", str(path), "--base", str(base_path),
-                 "--out", str(tmp_path / "c.yaml")]) == 0
-    assert "from 8 engine starts" in capsys.readouterr().out  # two models at each of four probes
+    report = run_probe_calibration("h200", [str(path)], base=load_calibration("h200", "0.26", base_path),
+                                   out=str(tmp_path / "c.yaml"))
+    assert "from 8 engine starts" in report["summary"]  # two models at each of four probes
     cal = load_calibration("h200", "0.26", tmp_path / "c.yaml")
     for probe in (11.0, 30.0):  # the fitted rule moves the CPU terms as the truth does
         assert cal.at_cpu_probe(probe).cpu_step_s == pytest.approx(TRUTH.at_cpu_probe(probe).cpu_step_s, rel=0.05)
@@ -97,12 +95,5 @@ def test_the_probe_stage_finds_how_the_cpu_terms_move_and_holds_out_runs(tmp_pat
     one.write_text("\n".join(_rows([20.0])) + "\n")
     with pytest.raises(ValueError, match="fewer than two different probes"):
         run_probe_calibration("h200", [str(one)])
-    assert main(["calibrate", "--hardware", "h200", "--probe-measurements", str(path), "--measurements",
-                 str(path)]) == 2
-    assert "--probe-measurements goes alone" in capsys.readouterr().err
-    assert main(["bench", "--tier", "real", "--model", "tiny-llama", "--hardware", "cpu", "--workload",
-                 "short_long", "--cpu-probe-ms", "20"]) == 2
-    assert "the real tier measures its own" in capsys.readouterr().err
-    assert main(["simulate", "--model", "llama-3.1-8b", "--hardware", "h200", "--workload", "short_long",
-                 "--calibration", str(tmp_path / "c.yaml"), "--cpu-probe-ms", "20", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["calibration"].endswith("@probe20ms")
+    probed = simulate({}, "llama-3.1-8b", "h200", "short_long", calibration=cal.at_cpu_probe(20.0))
+    assert probed.calibration is not None and probed.calibration.endswith("@probe20ms")
