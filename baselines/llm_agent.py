@@ -25,7 +25,7 @@ import numpy as np
 from baselines.episodes import Agent, run_agent
 from baselines.protocol import eval_seeds, print_result_line
 from baselines.results import RunResult
-from rsi_env.envs.task import load_task
+from rsi_env.engine.task import load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.wrappers.ladders import ladder, rsi_env_of
 from rsi_env.wrappers.text_actions import TEXT_SYNTAX

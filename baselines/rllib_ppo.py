@@ -27,7 +27,7 @@ import numpy as np
 from baselines.episodes import run_agent
 from baselines.protocol import RL_VIEW, eval_seeds, limit_threads, print_result_line, train_seeds
 from baselines.results import RunResult
-from rsi_env.envs.task import load_task
+from rsi_env.engine.task import load_task
 
 __all__ = ["ENV_NAME", "build_config", "evaluate_rllib", "main", "train_rllib"]
 

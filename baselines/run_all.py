@@ -29,7 +29,7 @@ from baselines.protocol import eval_seeds, limit_threads
 from baselines.random_search import random_search
 from baselines.report import write_report
 from baselines.results import RunResult
-from rsi_env.envs.task import list_tasks
+from rsi_env.engine.task import list_tasks
 from rsi_env.store import recording
 
 __all__ = ["FLAG_TASKS", "SEARCHES", "main", "run_searches", "run_task"]

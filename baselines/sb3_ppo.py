@@ -24,7 +24,7 @@ import numpy as np
 from baselines.episodes import run_agent
 from baselines.protocol import RL_VIEW, eval_seeds, limit_threads, print_result_line, train_seeds
 from baselines.results import RunResult
-from rsi_env.envs.task import load_task
+from rsi_env.engine.task import load_task
 
 __all__ = ["SB3Settings", "evaluate_sb3", "main", "train_sb3"]
 

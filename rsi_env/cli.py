@@ -85,7 +85,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     from rsi_env.engine import list_hardware, list_models, list_workloads
     from rsi_env.engine.config import FLAGS
-    from rsi_env.envs.task import list_tasks
+    from rsi_env.engine.task import list_tasks
 
     print("environments:")
     for t in list_tasks():
@@ -140,7 +140,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise RsiEnvError(str(e)) from e
     elif args.from_store:
-        from rsi_env.store.calibrate import calibrate_from_store
+        from rsi_env.sim.from_store import calibrate_from_store
         from rsi_env.store.cli import _store
 
         report = calibrate_from_store(_store(args), args.hardware, engine_version=args.engine_version, out=args.out,

@@ -15,7 +15,10 @@ import numpy as np
 
 from rsi_env.engine.workload import SLO
 
-__all__ = ["Telemetry", "RequestTimings", "summarize"]
+__all__ = ["GRAPH_MODES", "Telemetry", "RequestTimings", "summarize"]
+
+# How a step runs, by vLLM's CUDAGraphMode names, as codes in the step traces of both tiers.
+GRAPH_MODES = {"NONE": 0, "PIECEWISE": 1, "FULL": 2}
 
 
 @dataclass

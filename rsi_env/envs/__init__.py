@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from rsi_env.engine.task import Task, list_tasks, load_task
 from rsi_env.envs.core import KIND_NAMES, OBS_FIELDS, RsiEnv
 from rsi_env.envs.registration import register_envs
 from rsi_env.envs.state import ValidationResult, validate
-from rsi_env.envs.task import Task, list_tasks, load_task
 
 __all__ = ["KIND_NAMES", "OBS_FIELDS", "RsiEnv", "Task", "ValidationResult", "list_tasks", "load_task",
            "register_envs", "validate"]

@@ -20,10 +20,10 @@ from rsi_env.bugs.templates import ENGINE_FILES
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
-from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward import SubmitEvent, score
 from rsi_env.reward.guards import GuardResult, Verdict

@@ -27,12 +27,12 @@ from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.safe_io import ECHO_MAX, load_yaml, shorten
+from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Arrival, Workload, load_workload
 from rsi_env.envs.actions import BENCH, EDIT, FLAG, KIND_NAMES, SHELL, SUBMIT, check_action
 from rsi_env.envs.measure import get_tier
 from rsi_env.envs.promotion import Promoter
-from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import ActionError, InvalidConfigError, RsiEnvError, WorkloadError, YamlError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
 from rsi_env.reward.guards import Verdict

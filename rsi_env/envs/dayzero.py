@@ -27,9 +27,9 @@ from rsi_env.dayzero.checks import (
     run_spec,
 )
 from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.envs.core import RsiEnv, _clean
-from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward import MeasureEvent, SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from rsi_env.engine.model import load_model
+from rsi_env.engine.task import Task, load_task
 from rsi_env.envs.core import RsiEnv, _clean
 from rsi_env.envs.kernel_tier import HARNESS_TIMEOUT_S, KERNEL_DIR, KernelResult, kernel_profile, measure_kernel
-from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward import MeasureEvent, SubmitEvent
 from rsi_env.reward.guards import GuardResult, Verdict

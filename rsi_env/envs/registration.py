@@ -6,7 +6,7 @@ import warnings
 
 import gymnasium as gym
 
-from rsi_env.envs.task import list_tasks
+from rsi_env.engine.task import list_tasks
 
 __all__ = ["register_envs"]
 

@@ -15,10 +15,10 @@ from typing import Any
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
+from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
-from rsi_env.envs.task import Task, load_task
 from rsi_env.errors import RsiEnvError
 from rsi_env.real.tier import RealTier
 from rsi_env.reward import SubmitEvent

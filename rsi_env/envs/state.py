@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from rsi_env.engine.plain import plain
 from rsi_env.engine.safe_io import shorten
 
 __all__ = ["MAX_REPLAY_SHELL_S", "ValidationResult", "load_state", "save_state", "validate"]
@@ -46,18 +45,8 @@ class _Invalid(Exception):
     """A state `validate` refuses before or after the replay; the message names the field."""
 
 
-def _plain(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
-
-
 def save_state(state: dict[str, Any], path: str | Path) -> None:
-    Path(path).write_text(json.dumps(_plain(state), indent=1))
+    Path(path).write_text(json.dumps(plain(state), indent=1))
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
@@ -171,7 +160,7 @@ def _check_state(state: Any, trusted: bool) -> tuple[type, dict[str, Any], list[
 
 # ---- replaying ------------------------------------------------------------------------------------------------
 def _json(x: Any) -> str:
-    return json.dumps(_plain(x), sort_keys=True, default=repr)
+    return json.dumps(plain(x), sort_keys=True, default=repr)
 
 
 def _outcomes(env: Any) -> dict[str, Any]:

@@ -16,8 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rsi_env.engine.task import load_task
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.envs.task import load_task
 from rsi_env.evaluate.fidelity import mape, real_only_gpu_s, spearman
 from rsi_env.evaluate.plan import EvalPlan
 from rsi_env.evaluate.promote import load_candidates, read_results

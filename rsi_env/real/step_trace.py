@@ -26,7 +26,7 @@ import statistics
 import time
 from typing import Any
 
-from rsi_env.sim.cost import GRAPH_MODES
+from rsi_env.engine.telemetry import GRAPH_MODES
 
 __all__ = ["COLUMNS", "StepTrace", "stat_logger_factory"]
 

@@ -36,7 +36,7 @@ from rsi_env.real.policy_keys import write_policy_keys
 from rsi_env.store.record import REAL_EXTRAS, record_measurements
 
 if TYPE_CHECKING:
-    from rsi_env.sim.policy_hook import PolicyKeys
+    from rsi_env.engine.policy import PolicyKeys
 
 __all__ = ["RealTier", "classify_failure", "group_members", "installed_vllm_version"]
 

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.task import Task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
-from rsi_env.envs.task import Task
 from rsi_env.reward.objective import slo_attainment
 
 __all__ = ["GuardResult", "OutputTokens", "Verdict", "check_submission", "output_agreement", "output_guard",

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from rsi_env.engine.task import Task
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.envs.task import Task
 
 __all__ = ["adjusted_value", "metric_value", "slo_attainment", "workload_score", "score"]
 

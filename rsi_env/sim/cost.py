@@ -25,12 +25,11 @@ import numpy as np
 from rsi_env.engine.config import ResolvedConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.telemetry import GRAPH_MODES
 from rsi_env.sim.calibration import MM_REF_PARAMS, Calibration
 
 __all__ = ["GRAPH_MODES", "StepCost"]
 
-# How a step runs, by vLLM's CUDAGraphMode names, as codes in the step traces of both tiers.
-GRAPH_MODES = {"NONE": 0, "PIECEWISE": 1, "FULL": 2}
 _NO_GRAPH, _PIECEWISE, _FULL = GRAPH_MODES["NONE"], GRAPH_MODES["PIECEWISE"], GRAPH_MODES["FULL"]
 
 def _roof(flops: float, flop_rate: float, nbytes: float, byte_rate: float, sharpness: float) -> float:

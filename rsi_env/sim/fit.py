@@ -25,11 +25,11 @@ import numpy as np
 
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
+from rsi_env.engine.metrics import spearman
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import CalibrationError
-from rsi_env.evaluate.fidelity import spearman
 from rsi_env.sim import simulate_detailed
 from rsi_env.sim.calibration import COEFFICIENTS, CPU_TERMS, Calibration, load_calibration
 from rsi_env.sim.memory import MemoryPlan, plan_memory
@@ -148,7 +148,7 @@ def rank_agreement(pairs: list[tuple[Sample, Telemetry]], min_configs: int = 3) 
     """Spearman of real vs simulated values across configurations, per (model, workload), averaged per metric.
 
     Throughput is ranked only where the load saturates (a burst, a closed loop: under a fixed arrival rate it is
-    the rate); latencies on every workload. Ties share their mean rank (`rsi_env.evaluate.fidelity.spearman`): a
+    the rate); latencies on every workload. Ties share their mean rank (`rsi_env.engine.metrics.spearman`): a
     flag the simulator finds no effect of on a workload (1,024 batched tokens on ``short_long``'s short prompts)
     ties with the defaults there instead of ranking by the order the rows came in.
     """

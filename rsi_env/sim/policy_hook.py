@@ -25,16 +25,14 @@ here, in the env's process, so the agent's code never touches a measurement.
 from __future__ import annotations
 
 import inspect
-import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
-
-import numpy as np
 
 from rsi_env.engine.config import EngineConfig, ResolvedConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.policy import PolicyKeys
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Trace, Workload
 from rsi_env.errors import PolicyError
@@ -46,30 +44,6 @@ from rsi_env.sim.engine import EngineSim, SimResult
 __all__ = ["PolicyEngineSim", "PolicyError", "PolicyKeys", "request_table", "simulate_policy"]
 
 REQUEST_FIELDS = ("id", "arrival_s", "prompt_tokens", "prefix_group", "prefix_tokens")
-
-
-@dataclass(frozen=True)
-class PolicyKeys:
-    """One policy's keys for the requests of one trace, by request id."""
-
-    waiting: np.ndarray
-    victim: np.ndarray
-
-    @classmethod
-    def parse(cls, raw: Any, n: int, where: str) -> PolicyKeys:
-        """Validate what a sandboxed policy returned: ``{"waiting": [n numbers], "victim": [n numbers]}``."""
-        if not isinstance(raw, dict):
-            raise PolicyError(f"{where}: expected {{'waiting': [...], 'victim': [...]}}, got {type(raw).__name__}")
-        out = []
-        for name in ("waiting", "victim"):
-            vals = raw.get(name)
-            if not isinstance(vals, list) or len(vals) != n:
-                got = len(vals) if isinstance(vals, list) else type(vals).__name__
-                raise PolicyError(f"{where}: {name}_key must give one number per request ({n}), got {got}")
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals):
-                raise PolicyError(f"{where}: every {name}_key must be a finite number")
-            out.append(np.asarray(vals, dtype=np.float64))
-        return cls(out[0], out[1])
 
 
 def request_table(trace: Trace) -> list[dict[str, Any]]:

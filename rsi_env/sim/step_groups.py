@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from rsi_env.engine.telemetry import GRAPH_MODES
 from rsi_env.engine.workload import Workload
-from rsi_env.sim.cost import GRAPH_MODES, StepCost
+from rsi_env.sim.cost import StepCost
 
 __all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "price_gap", "step_groups", "weighted_median"]
 

@@ -37,7 +37,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_best(args: argparse.Namespace) -> int:
-    from rsi_env.envs.task import load_task
+    from rsi_env.engine.task import load_task
     from rsi_env.store.queries import best_configs
 
     task = load_task(args.task) if args.task else None

@@ -7,8 +7,8 @@ from collections import defaultdict
 from typing import Any
 
 from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.task import Task
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.envs.task import Task
 from rsi_env.store.db import ExperienceStore
 from rsi_env.store.record import config_key
 

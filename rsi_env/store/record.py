@@ -25,6 +25,7 @@ from typing import Any
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.plain import plain
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import StoreError
@@ -144,18 +145,17 @@ def record_measurements(tier: str, engine_version: str, cfg: EngineConfig, model
 def record_episode(state: Mapping[str, Any], *, episode_id: str, best_score: float | None, steps: int,
                    measurements: int, extra: Mapping[str, Any] | None = None) -> bool:
     """Write (or update) one episode: the env's `state()` plus its best score and counts."""
-    from rsi_env.envs.state import _plain
 
     try:
         st = default_store()
         if st is None:
             return False
-        st.add_episode({"id": episode_id, "created": now(), "task": state["task"], "kwargs": _plain(state["kwargs"]),
-                        "seed": state.get("seed"), "actions": _plain(state["actions"]),
-                        "rewards": _plain(state["rewards"]), "final_config": _plain(state["final_config"]),
+        st.add_episode({"id": episode_id, "created": now(), "task": state["task"], "kwargs": plain(state["kwargs"]),
+                        "seed": state.get("seed"), "actions": plain(state["actions"]),
+                        "rewards": plain(state["rewards"]), "final_config": plain(state["final_config"]),
                         "best_score": best_score, "passed": None if state.get("passed") is None else int(state["passed"]),
                         "steps": steps, "measurements": measurements, "source": current_source(),
-                        "extra": _plain(dict(extra or {}))})
+                        "extra": plain(dict(extra or {}))})
         return True
     except (StoreError, sqlite3.Error, OSError) as exc:
         _warn_once("record an episode", exc)

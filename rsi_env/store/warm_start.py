@@ -30,9 +30,9 @@ from typing import Any
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.task import Task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
-from rsi_env.envs.task import Task
 from rsi_env.store.db import ExperienceStore
 from rsi_env.store.record import config_key, hardware_features, workload_stats
 

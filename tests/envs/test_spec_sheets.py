@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.envs.task import load_task
+from rsi_env.engine.task import load_task
 
 TASK_DIR = Path(rsi_env.__file__).parent / "catalog" / "tasks"
 

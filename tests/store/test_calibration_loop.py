@@ -11,8 +11,8 @@ from rsi_env.cli import main
 from rsi_env.sim import simulate
 from rsi_env.sim.calibration import load_calibration
 from rsi_env.sim.fit import load_samples, samples_from_rows
+from rsi_env.sim.from_store import real_rows
 from rsi_env.store import ExperienceStore
-from rsi_env.store.calibrate import real_rows
 from rsi_env.store.transfer import import_files
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "measurements"

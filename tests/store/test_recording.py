@@ -13,9 +13,9 @@ import rsi_env  # noqa: F401
 from rsi_env.cli import main
 from rsi_env.engine import load_hardware, load_model, load_workload
 from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.task import load_task
 from rsi_env.envs.measure import CachedSimTier
 from rsi_env.envs.state import validate
-from rsi_env.envs.task import load_task
 from rsi_env.store import ExperienceStore, default_store
 from rsi_env.store.queries import best_configs
 from rsi_env.store.transfer import export_store, import_files

@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsi_env.envs.task import load_task
+from rsi_env.engine.task import load_task
 from rsi_env.store.warm_start import FEATURES, context_features, distance, snap_to_ladders
 
 TASK = load_task("RSI/Batching-v0")
