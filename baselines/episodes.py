@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from baselines.evaluator import Progress
 from baselines.results import RunResult
+from rsi_env.search.evaluator import Progress
 from rsi_env.wrappers.ladders import rsi_env_of
 from rsi_env.wrappers.views import make_view
 

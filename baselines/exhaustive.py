@@ -11,9 +11,9 @@ import argparse
 import itertools
 from collections.abc import Sequence
 
-from baselines.evaluator import Evaluator
 from baselines.protocol import EVAL_SEED_BASE, limit_threads, print_result_line
 from baselines.results import RunResult
+from rsi_env.search.evaluator import Evaluator
 
 __all__ = ["exhaustive", "main"]
 

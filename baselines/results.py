@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from baselines.evaluator import Evaluator
+from rsi_env.search.evaluator import Evaluator
 
 __all__ = ["RunResult", "pct"]
 

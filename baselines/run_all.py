@@ -14,29 +14,23 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
-from baselines.auto_tune import auto_tune
-from baselines.coordinate_descent import coordinate_descent
-from baselines.evaluator import Evaluator, Measurer, local_measurer
-from baselines.optuna_tpe import optuna_tpe
 from baselines.protocol import eval_seeds, limit_threads
-from baselines.random_search import random_search
 from baselines.report import write_report
 from baselines.results import RunResult
 from rsi_env.engine.task import list_tasks
+from rsi_env.search import SEARCHES
+from rsi_env.search.evaluator import Evaluator, Measurer, local_measurer
 from rsi_env.store import recording
 
 __all__ = ["FLAG_TASKS", "SEARCHES", "main", "run_searches", "run_task"]
 
-Search = Callable[[Evaluator, np.random.Generator, int], None]
-SEARCHES: dict[str, Search] = {"random_search": random_search, "vllm_auto_tune": auto_tune,
-                               "coordinate_descent": coordinate_descent, "optuna_tpe": optuna_tpe}
 FLAG_TASKS = ("RSI/KVCache-v0", "RSI/Batching-v0", "RSI/PrefixCache-v0", "RSI/Quantization-v0",
               "RSI/Parallelism-v0")
 

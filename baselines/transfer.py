@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from baselines.evaluator import Evaluator
 from baselines.protocol import eval_seeds, json_safe, limit_threads
 from baselines.results import RunResult
-from baselines.run_all import SEARCHES
 from baselines.warm_start import warm_indices
+from rsi_env.search import SEARCHES
+from rsi_env.search.evaluator import Evaluator
 from rsi_env.store import ExperienceStore, recording
 
 __all__ = ["SOURCES", "TARGETS", "fill_store", "main", "run_transfer", "to_fraction"]

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from baselines.episodes import Agent
-from baselines.evaluator import Evaluator
 from rsi_env.envs.core import RsiEnv
 from rsi_env.errors import InvalidConfigError
+from rsi_env.search.evaluator import Evaluator
 from rsi_env.store import ExperienceStore, default_store
 from rsi_env.store.warm_start import propose
 from rsi_env.wrappers.ladders import config_at, free_flags, ladder, position, refusal, rsi_env_of

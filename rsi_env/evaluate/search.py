@@ -1,6 +1,6 @@
 """Stage 1 of a two-tier evaluation: search on sim, pick the candidates to promote, write them down.
 
-The search itself is one of ``baselines/`` (``baselines.sim_trials``, run from a checkout) or any
+The search itself is one of ``baselines/`` (``rsi_env.search.trials``, run from a checkout) or any
 callable with the same signature; this module only runs it on the plan's env and seed, picks the
 candidates and measures their sim telemetry (answered from the sim tier's cache), and writes a
 candidates file that the promote stage reads without Gymnasium.
@@ -14,7 +14,6 @@ promoted; if that leaves fewer than ``top_k``, the best of the rest fill the lis
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from rsi_env.engine.config import EngineConfig
-from rsi_env.errors import RsiEnvError
 from rsi_env.evaluate.plan import EvalPlan
 
 __all__ = ["Searcher", "default_searcher", "estimate_real_s", "run_search", "select_candidates"]
@@ -33,14 +31,10 @@ Searcher = Callable[[str, str, Mapping[str, Any], int, int, int], list[tuple[dic
 
 
 def default_searcher() -> Searcher:
-    """`baselines.sim_trials.sim_trials` (the searches live in ``baselines/``, importable from the repository root)."""
-    try:
-        mod = importlib.import_module("baselines.sim_trials")
-    except ImportError as exc:
-        raise RsiEnvError(f"the search stage runs the searches of baselines/ ({exc}); run it from the repository "
-                          "root, or pass searcher=<callable> to rsi_env.evaluate.run_search") from None
-    fn: Searcher = mod.sim_trials
-    return fn
+    """`rsi_env.search.trials.sim_trials`: one of the package's searches."""
+    from rsi_env.search.trials import sim_trials
+
+    return sim_trials
 
 
 def select_candidates(trials: Sequence[tuple[Mapping[str, Any], float]], top_k: int, min_gap: float) -> list[int]:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from baselines.distributed import gpus_per_measurement, measure_remote, ray_measurer, remote_measure
-from baselines.evaluator import Evaluator
-from baselines.optuna_tpe import optuna_tpe
-from baselines.random_search import random_search
+from rsi_env.search.evaluator import Evaluator
+from rsi_env.search.optuna_tpe import optuna_tpe
+from rsi_env.search.random_search import random_search
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_a_real_tier_measurement_asks_for_a_gpu(ray_two_workers):
 
 
 def test_import_rsi_env_stays_light():
-    code = ("import sys, rsi_env, rsi_env.wrappers, baselines.evaluator, baselines.random_search, "
+    code = ("import sys, rsi_env, rsi_env.wrappers, rsi_env.search.evaluator, rsi_env.search.random_search, "
             "baselines.distributed, baselines.run_all\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch', 'optuna', 'stable_baselines3', "
             "'sb3_contrib'})\nprint(heavy)\nassert not heavy, heavy")

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from baselines.evaluator import Evaluator, Progress
 from baselines.results import RunResult
+from rsi_env.search.evaluator import Evaluator, Progress
 from rsi_env.wrappers import DirectSetting
 from rsi_env.wrappers.views import make_view
 

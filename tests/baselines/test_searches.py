@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from baselines.auto_tune import auto_tune, grid_shape
-from baselines.coordinate_descent import coordinate_descent, start_indices
-from baselines.evaluator import Evaluator
-from baselines.optuna_tpe import optuna_tpe
-from baselines.random_search import random_search
 from baselines.results import RunResult
 from baselines.run_all import main as run_all_main
+from rsi_env.search.auto_tune import auto_tune, grid_shape
+from rsi_env.search.coordinate_descent import coordinate_descent, start_indices
+from rsi_env.search.evaluator import Evaluator
+from rsi_env.search.optuna_tpe import optuna_tpe
+from rsi_env.search.random_search import random_search
 from rsi_env.wrappers.ladders import ladder
 
 SEARCHES = [random_search, coordinate_descent, auto_tune, optuna_tpe]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from baselines.episodes import run_agent
-from baselines.evaluator import Evaluator
-from baselines.run_all import SEARCHES
 from baselines.transfer import fill_store, markdown, meets_bar, run_transfer, to_fraction
 from baselines.warm_start import warm_agent, warm_indices
+from rsi_env.search import SEARCHES
+from rsi_env.search.evaluator import Evaluator
 from rsi_env.store import ExperienceStore
 
 

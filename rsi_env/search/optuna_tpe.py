@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from baselines.evaluator import Evaluator
+from rsi_env.search.evaluator import Evaluator
 from rsi_env.wrappers.ladders import ladder
 
 __all__ = ["SCORE_FLOOR", "optuna_tpe"]

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from baselines.evaluator import Evaluator
+from rsi_env.search.evaluator import Evaluator
 from rsi_env.wrappers.ladders import position
 
 __all__ = ["coordinate_descent", "start_indices"]

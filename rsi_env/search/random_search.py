@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from baselines.evaluator import Evaluator
+from rsi_env.search.evaluator import Evaluator
 
 __all__ = ["random_search"]
 

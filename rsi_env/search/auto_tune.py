@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from baselines.coordinate_descent import start_indices
-from baselines.evaluator import Evaluator
+from rsi_env.search.coordinate_descent import start_indices
+from rsi_env.search.evaluator import Evaluator
 from rsi_env.wrappers.ladders import ladder
 
 __all__ = ["auto_tune", "grid_shape"]

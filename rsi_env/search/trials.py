@@ -1,7 +1,6 @@
-"""The searcher a two-tier evaluation runs on sim: one of `run_all.SEARCHES`, its measured trials as data.
+"""The searcher a two-tier evaluation runs on sim: one of `SEARCHES`, its measured trials as data.
 
-``rsi_env.evaluate`` keeps no search of its own: its search stage calls :func:`sim_trials` (from a
-checkout of the repository, where ``baselines/`` is importable), or any callable with its signature.
+The evaluation's search stage calls :func:`sim_trials`, or any callable with its signature.
 """
 
 from __future__ import annotations
@@ -11,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from baselines.evaluator import Evaluator
-from baselines.run_all import SEARCHES
+from rsi_env.search import SEARCHES, Evaluator
 
 __all__ = ["sim_trials"]
 
