@@ -47,7 +47,7 @@ def main() -> None:
         mine = [w for p_, _, w in runs if p_ == pol]
         keys.update(policy_keys(src, {w.name: request_table(w.trace()) for w in mine}))
     tier = RealTier(timeout_s=900)
-    tels = tier.measure_all({}, "tiny-llama", "cpu", [w for _, _, w in runs], policy_keys=keys)
+    tels = tier.scheduled(keys).measure_all({}, "tiny-llama", "cpu", [w for _, _, w in runs])
     model, hw = load_model("tiny-llama"), load_hardware("cpu")
     print(f"vLLM {tier.engine_version} (real, CPU), tiny-llama, default flags; sim tier alongside")
     print(f"{'workload':16} {'policy':10} {'tier':5} {'ttft_p50':>9} {'ttft_p99':>9} {'out_tok/s':>10} {'preempt':>8}")

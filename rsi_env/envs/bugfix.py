@@ -171,8 +171,8 @@ class BugFixEnv(RsiEnv):
         self._start_files: dict[str, str] = {}
         self.clean_tels: list[Telemetry] = []
         super().__init__(base, **kwargs)
-        self.tier = WorkspaceTier(self.tier.engine_version, self.engine_files,  # type: ignore[assignment]
-                                  self.sandbox_backend)
+        self.workspace_tier = WorkspaceTier(self.tier.engine_version, self.engine_files, self.sandbox_backend)
+        self.tier = self.workspace_tier
 
     # ---- the workspace's engine -----------------------------------------------------------------
     def engine_files(self) -> dict[str, str]:
@@ -221,8 +221,7 @@ class BugFixEnv(RsiEnv):
             "Hidden checks compare the engine's behaviour with vLLM 0.26's on other workloads.\n")
 
     def _symptoms(self) -> str:
-        tier = self.tier
-        assert isinstance(tier, WorkspaceTier)
+        tier = self.workspace_tier
         if tier.last is None or not tier.last.symptoms:
             return ""
         return "\nsymptoms:\n" + "\n".join(tier.last.symptoms)
@@ -239,8 +238,7 @@ class BugFixEnv(RsiEnv):
 
     def _do_submit(self) -> list[object]:
         """Judge the editable engine files from a clean start: measured anew and checked anew, nothing remembered."""
-        tier = self.tier
-        assert isinstance(tier, WorkspaceTier)
+        tier = self.workspace_tier
         files = self.engine_files()
         tier.fresh = True
         try:

@@ -18,6 +18,7 @@ from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.tier import Tier
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import InvalidConfigError, RsiEnvError
 from rsi_env.real.tier import RealTier
@@ -26,7 +27,7 @@ from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.store.db import default_store_url
 from rsi_env.store.record import record_measurements
 
-__all__ = ["CachedSimTier", "get_tier"]
+__all__ = ["CachedSimTier", "get_tier", "real_tier"]
 
 
 class CachedSimTier:
@@ -86,10 +87,16 @@ class CachedSimTier:
 
 
 @cache
-def get_tier(tier: str, engine_version: str) -> CachedSimTier | RealTier:
+def real_tier() -> RealTier:
+    """The process's shared real tier: the installed vLLM."""
+    return RealTier()
+
+
+@cache
+def get_tier(tier: str, engine_version: str) -> Tier:
     """The process's shared tier for ``tier``: the cached simulator of a vLLM release, or the installed vLLM."""
     if tier == "sim":
         return CachedSimTier(engine_version)
     if tier == "real":
-        return RealTier()
+        return real_tier()
     raise RsiEnvError(f"unknown tier {tier!r}: use 'sim' or 'real'")

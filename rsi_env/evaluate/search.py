@@ -80,7 +80,7 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
     env = rsi_env_of(gym.make(plan.env, tier="sim", **plan.env_kwargs))
     try:
         env.reset(seed=plan.seed)
-        cal = env.tier.calibration(env.hardware) if hasattr(env.tier, "calibration") else None
+        cal = env.base_tels[0].calibration if env.base_tels else None  # every Telemetry names its calibration
 
         def entry(name: str, flags: Mapping[str, Any]) -> dict[str, Any]:
             cfg = EngineConfig.from_dict(dict(flags))
@@ -95,7 +95,7 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
             "plan": plan.name, "env": plan.env, "env_kwargs": plan.env_kwargs, "seed": plan.seed,
             "model": plan.env_kwargs.get("model") or env.task.default_model,
             "hardware": plan.env_kwargs.get("hardware") or env.task.default_hardware,
-            "engine_version": env.tier.engine_version, "calibration": cal.id if cal is not None else None,
+            "engine_version": env.tier.engine_version, "calibration": cal,
             "search": asdict(plan.search), "sim_evaluations": len(trials),
             "selection": f"best sim score, then each next best at least {plan.promote.min_gap} (log ratio) below "
                          f"every one promoted; top {plan.promote.top_k} of {len(trials)} measured",

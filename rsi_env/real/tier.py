@@ -6,13 +6,14 @@ process or accelerator memory outlives a measurement. Failures are results, not 
 configuration vLLM refuses comes back as ``invalid_config: <vLLM's own message>``, running out of
 memory as ``oom: …``, a hang as ``timeout``, anything else as ``crash: <the error>``.
 
-``measure_all(..., policy_keys=...)`` runs a scheduling policy's precomputed keys inside the engine
-(``RSI/Scheduler-v0``; `rsi_env.real.policy_scheduler`).
+``RealTier.scheduled(keys)`` is the same tier running a scheduling policy's precomputed keys inside the
+engine (``RSI/Scheduler-v0``; `rsi_env.real.policy_scheduler`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import re
@@ -143,18 +144,22 @@ class RealTier:
         self.engine_version = installed_vllm_version() or "none"
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None  # the process group of the last measurement (all of it killed after)
+        self.policy_keys: Mapping[str, PolicyKeys] | None = None  # see `scheduled`
+
+    def scheduled(self, policy_keys: Mapping[str, PolicyKeys]) -> RealTier:
+        """This tier with vLLM's scheduler ordered by ``policy_keys`` (workload name -> keys of its requests)."""
+        out = copy.copy(self)
+        out.policy_keys = policy_keys
+        return out
 
     def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
                 hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
         return self.measure_all(engine_config, model, hardware, [workload])[0]
 
     def measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
-                    hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path], *,
-                    policy_keys: Mapping[str, PolicyKeys] | None = None) -> list[Telemetry]:
-        """One engine start for every workload (a start costs far more than a short workload).
-
-        ``policy_keys`` (workload name -> keys of its requests) runs the engine under that scheduling policy.
-        """
+                    hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path]) -> list[Telemetry]:
+        """One engine start for every workload (a start costs far more than a short workload)."""
+        policy_keys = self.policy_keys
         cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
         spec, hw = load_model(model), load_hardware(hardware)
         wls = [load_workload(w) for w in workloads]

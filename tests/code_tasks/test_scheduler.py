@@ -209,8 +209,9 @@ def test_the_real_tier_gets_the_policy_keys_and_cpu_workloads(monkeypatch):
 
     calls: list[dict] = []
 
-    def measure_all(self, cfg, model, hw, workloads, *, policy_keys=None):
-        calls.append({"model": model.name, "hw": hw.name, "keys": policy_keys, "workloads": [w.name for w in workloads]})
+    def measure_all(self, cfg, model, hw, workloads):
+        calls.append({"model": model.name, "hw": hw.name, "keys": self.policy_keys,
+                      "workloads": [w.name for w in workloads]})
         return [Telemetry(out_tok_per_s=100.0, ttft_p99=1.0, tier="real") for _ in workloads]
 
     monkeypatch.setattr(RealTier, "measure_all", measure_all)

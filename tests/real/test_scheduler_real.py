@@ -68,7 +68,7 @@ def measured(tmp_path_factory):
     keys = {**policy_keys(TEMPLATE.read_text(), {w.name: request_table(w.trace()) for w in fcfs_w}, SANDBOX),
             **policy_keys(SPF, {w.name: request_table(w.trace()) for w in spf_w}, SANDBOX)}
     tier = RealTier(timeout_s=600, env={"RSI_POLICY_LOG": str(log)}, engine_args={"num_gpu_blocks_override": KV_BLOCKS})
-    tels = tier.measure_all(FLAGS, "tiny-llama", "cpu", fcfs_w + spf_w, policy_keys=keys)
+    tels = tier.scheduled(keys).measure_all(FLAGS, "tiny-llama", "cpu", fcfs_w + spf_w)
     rows = {r["workload"]: r for r in tier.last_rows}
     events = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     return tier, dict(zip([w.name for w in fcfs_w + spf_w], tels, strict=True)), rows, keys, events
