@@ -4,7 +4,7 @@ The seventeenth lease (the one-H200 host kind, `data/measurements/h200-vllm0.26/
 Llama-3.1-8B configurations twice, in two passes; its machine ran the engine's CPU side slower than the hosts the
 shipped calibration's host stage was fitted on (`short_long`'s defaults at a TPOT p50 of 8.2-9.4 ms, against
 6.7-6.8 ms on the thirteenth lease). This writes the first pass's rows to a file (what a user would give), runs
-`rsi-env calibrate --host-measurements` on it alone (`run_host_calibration`: the shipped calibration's `HOST`
+`rsi-env calibrate host` on it alone (`run_host_calibration`: the shipped calibration's `HOST`
 terms refitted, every GPU and model term kept), and prints the error of the shipped calibration and of the
 refitted one on the second pass (runs no fit saw, of the same configurations on the same machine), and on the
 fifteenth lease's runs of the same configurations (another machine of the same kind, faster on the CPU side):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,58 +102,45 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    """``rsi-env calibrate {full,memory,host,launch}``: the whole fit, or one stage from a base calibration."""
+    from rsi_env.sim.calibration import load_calibration
     from rsi_env.sim.fit import run_calibration, run_host_calibration, run_memory_calibration
+    from rsi_env.sim.launch_fit import run_launch_calibration
 
-    if args.from_store and args.host_measurements:
-        raise RsiEnvError("--host-measurements goes with --measurements (files), not with --from-store")
-    if args.memory_measurements and (args.measurements or args.host_measurements or args.from_store):
-        raise RsiEnvError("--memory-measurements goes alone (the memory stage from --base or the calibration in "
-                          "use); --measurements fits the memory terms with the rest")
-    if args.step_measurements and (args.measurements or args.host_measurements or args.memory_measurements
-                                   or args.from_store):
-        raise RsiEnvError("--step-measurements goes alone (the launch stage from --base or the calibration in use)")
-    stage_alone = args.memory_measurements or args.step_measurements
-    if args.base and (args.measurements or not (args.host_measurements or stage_alone)):
-        raise RsiEnvError("--base goes with --host-measurements, --memory-measurements or --step-measurements alone "
-                          "(that stage from the calibration given); --measurements fits a calibration from scratch")
-    for path in args.measurements + args.host_measurements + args.memory_measurements + args.step_measurements:
+    files = list(args.measurements) + list(getattr(args, "host_measurements", []))
+    for path in files:
         if not Path(path).is_file():
             raise RsiEnvError(f"calibrate: no measurements file {path!r}")
-    if args.base and not Path(args.base).is_file():
-        raise RsiEnvError(f"calibrate: no calibration file {args.base!r} (--base)")
-    if stage_alone or (args.host_measurements and not args.measurements):
-        from rsi_env.sim.calibration import load_calibration
-        from rsi_env.sim.launch_fit import run_launch_calibration
+    base_path = getattr(args, "base", None)
+    if base_path and not Path(base_path).is_file():
+        raise RsiEnvError(f"calibrate: no calibration file {base_path!r} (--base)")
+    try:
+        if args.stage == "full" and args.from_store:
+            from rsi_env.sim.from_store import calibrate_from_store
+            from rsi_env.store.cli import _store
 
-        # One stage alone, from --base or the calibration in use: the memory terms, the launch term or the host's.
-        base = load_calibration(args.hardware, args.engine_version, args.base) if args.base else None
-        try:
-            if args.step_measurements:
-                report = run_launch_calibration(args.hardware, args.step_measurements, base=base,
-                                                engine_version=args.engine_version, out=args.out, seed=args.seed)
-            elif args.memory_measurements:
-                report = run_memory_calibration(args.hardware, args.memory_measurements, base=base,
-                                                engine_version=args.engine_version, out=args.out, seed=args.seed)
-            else:
-                report = run_host_calibration(args.hardware, args.host_measurements, base=base,
-                                              engine_version=args.engine_version, out=args.out, seed=args.seed,
-                                              max_nfev=args.max_nfev)
-        except ValueError as e:
-            raise RsiEnvError(str(e)) from e
-    elif args.from_store:
-        from rsi_env.sim.from_store import calibrate_from_store
-        from rsi_env.store.cli import _store
-
-        report = calibrate_from_store(_store(args), args.hardware, engine_version=args.engine_version, out=args.out,
-                                      seed=args.seed, max_nfev=args.max_nfev, num_gpus=args.num_gpus or None)
-        report["summary"] += f"\n  written to {report['path']} (the simulator now uses it: the newest fit)"
-    elif not args.measurements:
-        raise RsiEnvError("calibrate needs --measurements FILE.jsonl ..., --host-measurements FILE.jsonl ..., "
-                          "--memory-measurements FILE.jsonl ..., --step-measurements FILE.jsonl ... or --from-store")
-    else:
-        report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
-                                 out=args.out, seed=args.seed, max_nfev=args.max_nfev,
-                                 host_measurements=args.host_measurements or None)
+            if files:
+                raise RsiEnvError("calibrate full: --from-store fits the store's rows; give it no measurement files")
+            report = calibrate_from_store(_store(args), args.hardware, engine_version=args.engine_version,
+                                          out=args.out, seed=args.seed, max_nfev=args.max_nfev,
+                                          num_gpus=args.num_gpus or None)
+            report["summary"] += f"\n  written to {report['path']} (the simulator now uses it: the newest fit)"
+        elif args.stage == "full":
+            if not args.measurements:
+                raise RsiEnvError("calibrate full needs --measurements FILE.jsonl ... or --from-store")
+            report = run_calibration(args.hardware, args.measurements, engine_version=args.engine_version,
+                                     out=args.out, seed=args.seed, max_nfev=args.max_nfev,
+                                     host_measurements=args.host_measurements or None)
+        else:
+            base = load_calibration(args.hardware, args.engine_version, base_path) if base_path else None
+            stages: dict[str, Callable[..., dict[str, Any]]] = {
+                "memory": run_memory_calibration, "host": run_host_calibration, "launch": run_launch_calibration}
+            run = stages[args.stage]
+            extra = {"max_nfev": args.max_nfev} if args.stage == "host" else {}
+            report = run(args.hardware, args.measurements, base=base, engine_version=args.engine_version,
+                         out=args.out, seed=args.seed, **extra)
+    except ValueError as e:
+        raise RsiEnvError(str(e)) from e
     print(json.dumps(report, indent=2) if args.json else report["summary"])
     return 0
 
@@ -222,31 +210,35 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=_cmd_list)
 
     c = sub.add_parser("calibrate", help="fit the simulator's coefficients to real measurements")
-    c.add_argument("--hardware", required=True)
-    c.add_argument("--measurements", nargs="+", default=[], help="JSON-lines files from the real tier")
-    c.add_argument("--host-measurements", nargs="+", default=[],
-                   help="one host's runs: its CPU-side terms are refitted on them last (the host stage); "
-                        "alone, the host stage is fitted from --base (default: the calibration in use)")
-    c.add_argument("--memory-measurements", nargs="+", default=[],
-                   help="runs whose KV-cache sizes (num_gpu_blocks) refit the memory terms of --base (default: the "
-                        "calibration in use), timing kept (the memory stage)")
-    c.add_argument("--step-measurements", nargs="+", default=[],
-                   help="runs whose step traces set the CPU launch cost of a step with prompt tokens "
-                        "(piecewise_layer_s) of --base (default: the calibration in use), the rest kept (the launch "
-                        "stage)")
-    c.add_argument("--base", default=None,
-                   help="with --host-measurements, --memory-measurements or --step-measurements alone: the "
-                        "calibration YAML that stage starts from")
-    c.add_argument("--from-store", action="store_true",
-                   help="fit to the experience store's real-tier rows; written to the user's calibration directory")
-    c.add_argument("--store", default=None, help="with --from-store: store URL (default: RSI_ENV_STORE)")
-    c.add_argument("--num-gpus", type=int, default=1, help="with --from-store: rows measured on this many GPUs (0: all)")
-    c.add_argument("--max-nfev", type=int, default=60, help="least-squares evaluations of the timing fit")
-    c.add_argument("--engine-version", default="0.26")
-    c.add_argument("--out", default=None, help="where to write the calibration YAML")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=_cmd_calibrate)
+    stages = c.add_subparsers(dest="stage", metavar="{full,memory,host,launch}", required=True)
+    about = {"full": "every term, from real-tier runs (or the experience store's), held-out configurations reported",
+             "memory": "the memory terms of --base, from the KV-cache sizes (num_gpu_blocks) real runs found",
+             "host": "the CPU-side terms of --base, from one host's runs (the host stage)",
+             "launch": "the CPU launch cost of a step with prompt tokens (piecewise_layer_s) of --base, from step "
+                       "traces"}
+    for stage, text in about.items():
+        st = stages.add_parser(stage, help=text, description=text)
+        st.add_argument("--hardware", required=True)
+        st.add_argument("--measurements", nargs="+", default=[] if stage == "full" else None, required=stage != "full",
+                        help="JSON-lines files from the real tier")
+        if stage == "full":
+            st.add_argument("--host-measurements", nargs="+", default=[],
+                            help="one host's runs: its CPU-side terms are refitted on them last (the host stage)")
+            st.add_argument("--from-store", action="store_true",
+                            help="fit to the experience store's real-tier rows; written to the user's calibration "
+                                 "directory")
+            st.add_argument("--store", default=None, help="with --from-store: store URL (default: RSI_ENV_STORE)")
+            st.add_argument("--num-gpus", type=int, default=1,
+                            help="with --from-store: rows measured on this many GPUs (0: all)")
+        else:
+            st.add_argument("--base", default=None,
+                            help="the calibration YAML the stage starts from (default: the calibration in use)")
+        st.add_argument("--max-nfev", type=int, default=60, help="least-squares evaluations of a timing fit")
+        st.add_argument("--engine-version", default="0.26")
+        st.add_argument("--out", default=None, help="where to write the calibration YAML")
+        st.add_argument("--seed", type=int, default=0)
+        st.add_argument("--json", action="store_true")
+        st.set_defaults(func=_cmd_calibrate)
 
     e = sub.add_parser("eval", help="two-tier evaluation: search on sim, promote the best to real, report")
     e.add_argument("--plan", required=True, help="configs/eval/<plan>.yaml")

@@ -197,10 +197,11 @@ def test_calibrate_with_host_measurements_records_the_host_stage(tmp_path, capsy
     assert "host stage after" in rep["summary"]
     plain = run_calibration("h200", [str(tmp_path / "m.jsonl")], max_nfev=1, refit_all=False)
     assert plain["calibration"]["id"] != rep["calibration"]["id"] and "host" not in plain
-    assert main(["calibrate", "--hardware", "h200", "--from-store", "--host-measurements", str(tmp_path / "h.jsonl")]) == 2
-    assert "--host-measurements goes with --measurements" in capsys.readouterr().err
+    assert main(["calibrate", "full", "--hardware", "h200", "--from-store", "--host-measurements",
+                 str(tmp_path / "h.jsonl")]) == 2
+    assert "--from-store fits the store's rows; give it no measurement files" in capsys.readouterr().err
     # A missing file is named before any fit starts (the main fit takes minutes on the real measurements).
-    assert main(["calibrate", "--hardware", "h200", "--measurements", str(tmp_path / "m.jsonl"),
+    assert main(["calibrate", "full", "--hardware", "h200", "--measurements", str(tmp_path / "m.jsonl"),
                  "--host-measurements", str(tmp_path / "nope.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "no measurements file" in err and "nope.jsonl" in err
@@ -226,7 +227,7 @@ def test_rank_agreement_gives_tied_predictions_their_mean_rank():
 
 
 def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys):
-    """`rsi-env calibrate --host-measurements` without --measurements: the host stage from the calibration in use
+    """`rsi-env calibrate host`: the host stage from the calibration in use
     (or --base), every GPU and model term kept, the base named in the provenance, the host's split recorded; the
     CLI refuses --base beside --measurements and names a missing base file."""
     from rsi_env.cli import main
@@ -255,32 +256,32 @@ def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys
     other = base.with_coefficients({"cpu_step_s": 3e-3})
     other_path = tmp_path / "other.yaml"
     dataclasses.replace(other, id="h200-vllm0.26-other").save(other_path)
-    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
+    assert main(["calibrate", "host", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
                  "--base", str(other_path), "--max-nfev", "2", "--out", str(tmp_path / "c2.yaml")]) == 0
     assert "h200-vllm0.26-other" in capsys.readouterr().out
     assert load_calibration("h200", "0.26", tmp_path / "c2.yaml").provenance["base"] == "h200-vllm0.26-other"
-    assert main(["calibrate", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
-                 "--base", str(other_path)]) == 2
-    err = capsys.readouterr().err
-    assert "--base goes with --host-measurements, --memory-measurements or --step-measurements alone" in err
-    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
+    with pytest.raises(SystemExit):  # the whole fit starts from nothing: it has no --base
+        main(["calibrate", "full", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
+              "--base", str(other_path)])
+    assert "unrecognized arguments: --base" in capsys.readouterr().err
+    assert main(["calibrate", "host", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
                  "--base", str(tmp_path / "nope.yaml")]) == 2
     assert "no calibration file" in capsys.readouterr().err
     # No run to fit on, or a base of another GPU: refused before any fit, with what was wrong.
     (tmp_path / "empty.jsonl").write_text("")
-    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "empty.jsonl")]) == 2
+    assert main(["calibrate", "host", "--hardware", "h200", "--measurements", str(tmp_path / "empty.jsonl")]) == 2
     assert "no usable measurements" in capsys.readouterr().err
     dataclasses.replace(other, hardware="h100-sxm").save(tmp_path / "h100.yaml")
-    assert main(["calibrate", "--hardware", "h200", "--host-measurements", str(tmp_path / "h.jsonl"),
+    assert main(["calibrate", "host", "--hardware", "h200", "--measurements", str(tmp_path / "h.jsonl"),
                  "--base", str(tmp_path / "h100.yaml")]) == 2
     assert "is for 'h100-sxm', not 'h200'" in capsys.readouterr().err
 
 
 def test_the_memory_stage_alone_refits_the_kv_terms_and_keeps_the_timing(tmp_path, capsys):
-    """`rsi-env calibrate --memory-measurements`: the memory terms refitted on the KV caches real runs found (one per
+    """`rsi-env calibrate memory`: the memory terms refitted on the KV caches real runs found (one per
     configuration), every timing term kept, the base named; from a base whose non-torch memory is 2 GB off, the
     eighteenth lease's caches (gpu_memory_utilization 0.14 to 0.92, 131,072 batched tokens) come back within 2.5 %.
-    The CLI refuses it beside --measurements, and a file without KV-cache sizes."""
+    The CLI refuses a file without KV-cache sizes."""
     from rsi_env.cli import main
     from rsi_env.sim.fit import MEMORY, run_memory_calibration
 
@@ -304,11 +305,9 @@ def test_the_memory_stage_alone_refits_the_kv_terms_and_keeps_the_timing(tmp_pat
         assert simulate(flags, "llama-3.1-8b", "h200", "short_long", calibration=cal).num_gpu_blocks == (
             pytest.approx(real, rel=0.025)), flags
     assert "memory stage after" in rep["summary"]
-    assert main(["calibrate", "--hardware", "h200", "--memory-measurements", files[0], "--measurements", files[0]]) == 2
-    assert "--memory-measurements goes alone" in capsys.readouterr().err
     rows = [json.loads(x) for x in Path(files[-1]).read_text().splitlines()[:2]]
     for row in rows:
         row["resolved"]["num_gpu_blocks"] = None
     (tmp_path / "noblocks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert main(["calibrate", "--hardware", "h200", "--memory-measurements", str(tmp_path / "noblocks.jsonl")]) == 2
+    assert main(["calibrate", "memory", "--hardware", "h200", "--measurements", str(tmp_path / "noblocks.jsonl")]) == 2
     assert "reports num_gpu_blocks" in capsys.readouterr().err

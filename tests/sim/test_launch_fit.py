@@ -82,8 +82,8 @@ def test_runs_the_stage_cannot_read_are_left_out():
 
 
 def test_the_launch_stage_alone_sets_one_term_and_records_itself(tmp_path, capsys):
-    """`rsi-env calibrate --step-measurements`: only ``piecewise_layer_s`` moves, the base is named, the split and
-    the priced steps before and after are recorded; --step-measurements goes alone."""
+    """`rsi-env calibrate launch`: only ``piecewise_layer_s`` moves, the base is named, the split and
+    the priced steps before and after are recorded."""
     from rsi_env.cli import main
 
     base = load_calibration("h200", "0.26")
@@ -96,15 +96,12 @@ def test_the_launch_stage_alone_sets_one_term_and_records_itself(tmp_path, capsy
     assert stage["value"] == getattr(cal, LAUNCH) and stage["n_held_out_configs"] >= 1
     assert stage["all_configs"]["median_real_over_priced"] == pytest.approx(1.0, abs=0.02)
     assert "launch stage after" in rep["summary"]
-    assert main(["calibrate", "--hardware", "h200", "--step-measurements", str(LEASE13), "--measurements",
-                 str(LEASE13)]) == 2
-    assert "--step-measurements goes alone" in capsys.readouterr().err
-    assert main(["calibrate", "--hardware", "h200", "--step-measurements", str(LEASE13), "--base",
+    assert main(["calibrate", "launch", "--hardware", "h200", "--measurements", str(LEASE13), "--base",
                  str(tmp_path / "c.yaml"), "--out", str(tmp_path / "d.yaml")]) == 0
     assert load_calibration("h200", "0.26", tmp_path / "d.yaml").provenance["base"] == cal.id
     # Runs with no step the stage can read (here: none at all) are refused with what was missing.
     (tmp_path / "empty.jsonl").write_text("")
-    assert main(["calibrate", "--hardware", "h200", "--step-measurements", str(tmp_path / "empty.jsonl")]) == 2
+    assert main(["calibrate", "launch", "--hardware", "h200", "--measurements", str(tmp_path / "empty.jsonl")]) == 2
     assert "has steps followed by a piecewise step" in capsys.readouterr().err
 
 

@@ -50,7 +50,7 @@ def test_calibrate_from_store_writes_a_newer_calibration_that_the_simulator_uses
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     assert main(["experience", "import", str(_subset(tmp_path)), "--store", url]) == 0
     before = load_calibration("h200", "0.26")
-    assert main(["calibrate", "--hardware", "h200", "--from-store", "--store", url, "--max-nfev", "2"]) == 0
+    assert main(["calibrate", "full", "--hardware", "h200", "--from-store", "--store", url, "--max-nfev", "2"]) == 0
     assert "the simulator now uses it" in capsys.readouterr().out
     after = load_calibration("h200", "0.26")
     assert after.id != before.id and after.provenance["source"] == "experience store"
@@ -66,11 +66,11 @@ def test_calibrate_from_store_writes_a_newer_calibration_that_the_simulator_uses
 
 def test_calibrate_from_an_empty_store_says_what_to_do(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'e.sqlite'}"
-    assert main(["calibrate", "--hardware", "h200", "--from-store", "--store", url]) == 2
+    assert main(["calibrate", "full", "--hardware", "h200", "--from-store", "--store", url]) == 2
     assert "no successful real-tier measurements" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["calibrate", "--hardware", "h200"]])
+@pytest.mark.parametrize("argv", [["calibrate", "full", "--hardware", "h200"]])
 def test_calibrate_needs_a_source(argv, capsys):
     assert main(argv) == 2
     assert "--from-store" in capsys.readouterr().err
