@@ -27,6 +27,16 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["RSI_ENV_CALIBRATION_DIR"] = f"{root}/calibration"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` the tests `tests/slow.txt` lists: ``pytest -m "not slow"`` is the fast tier."""
+    from tests.slow_tests import load
+
+    slow = load()
+    for item in items:
+        if item.nodeid.split("::")[0] in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for root in _STORE_ROOT:
         shutil.rmtree(root, ignore_errors=True)
