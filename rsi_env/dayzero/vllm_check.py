@@ -174,14 +174,19 @@ def check_in_vllm(source: str, feature: Feature, backend: str = "bubblewrap", fr
     return _VERDICTS[key]
 
 
-def _tokens(raw: bytes, prompts_n: int) -> list[list[int]] | None:
-    """The driver's greedy tokens per prompt, or None where they are not NEW_TOKENS integers each."""
+def _tokens(raw: bytes, prompts_n: int, vocab: int) -> list[list[int]] | None:
+    """The driver's greedy tokens per prompt, or None where they are not NEW_TOKENS token ids each.
+
+    The agent's code runs in the driver's process, so this is its word: ids outside the vocabulary would
+    make the reference's teacher-forced run fail, so they are refused here.
+    """
     try:
         row = json.loads(raw.decode().splitlines()[-1])
         got = [row["counters"]["output_token_ids"][str(i)] for i in range(prompts_n)]
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
-    ok = all(isinstance(g, list) and len(g) == NEW_TOKENS and all(type(t) is int for t in g) for g in got)
+    ok = all(isinstance(g, list) and len(g) == NEW_TOKENS and all(type(t) is int and 0 <= t < vocab for t in g)
+             for g in got)
     return got if ok else None
 
 
@@ -211,7 +216,7 @@ def _check(source: str, feature: Feature, backend: str) -> VllmCheck:
         return VllmCheck(False, f"vLLM {why} before generating: "
                                 f"{root_cause(log.decode(errors='replace') if log else run.result.output)}",
                          seed=seed)
-    got = _tokens(raw, len(want))
+    got = _tokens(raw, len(want), int(feature.tiny["vocab_size"]))
     if got is None:
         return VllmCheck(False, f"the driver's output is malformed (not {NEW_TOKENS} token ids per prompt)", seed=seed)
     total = sum(map(len, want))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.dayzero import checks
 from rsi_env.dayzero.checks import FEATURES, DayZeroError, load_feature, model_spec, reference_spec
-from rsi_env.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, reference_gaps, reference_tokens, root_cause
+from rsi_env.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, _tokens, reference_gaps, reference_tokens, root_cause
 from rsi_env.engine.model import ModelSpec
 from rsi_env.envs.dayzero import DayZeroEnv
 from rsi_env.errors import RsiEnvError
@@ -281,3 +281,14 @@ def test_the_reference_scores_tokens_teacher_forced(feature: str):
     _, other, _ = reference_tokens(f, 12)
     wrong = sorted(g for row in reference_gaps(f, 11, other) for g in row)
     assert wrong[len(wrong) // 2] > 10 * TOLERANCE, wrong
+
+
+def test_driver_tokens_outside_the_vocabulary_are_refused_before_the_reference_sees_them():
+    """The driver's report is the agent's word: ids the tiny model has no embedding for would crash the trusted
+    teacher-forced run, so they make the output malformed instead."""
+    row = {"counters": {"output_token_ids": {"0": [1] * NEW_TOKENS, "1": [2] * NEW_TOKENS}}}
+    assert _tokens(json.dumps(row).encode(), 2, 256) == [[1] * NEW_TOKENS, [2] * NEW_TOKENS]
+    for bad in ([10**6] * NEW_TOKENS, [-1] * NEW_TOKENS, [1.0] * NEW_TOKENS, [True] * NEW_TOKENS, [1] * 3):
+        row["counters"]["output_token_ids"]["1"] = bad
+        assert _tokens(json.dumps(row).encode(), 2, 256) is None, bad
+    assert _tokens(b"not json", 2, 256) is None
