@@ -13,7 +13,6 @@ engine (``RSI/Scheduler-v0``; `rsi_env.real.policy_scheduler`).
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import re
@@ -39,7 +38,7 @@ from rsi_env.store.record import REAL_EXTRAS, record_measurements
 if TYPE_CHECKING:
     from rsi_env.engine.policy import PolicyKeys
 
-__all__ = ["RealTier", "classify_failure", "group_members", "installed_vllm_version"]
+__all__ = ["RealTier", "ScheduledTier", "classify_failure", "group_members", "installed_vllm_version"]
 
 _REFUSALS = (
     re.compile(r"(To serve at least one request with the model's max seq len[^\n]*)"),
@@ -144,13 +143,10 @@ class RealTier:
         self.engine_version = installed_vllm_version() or "none"
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None  # the process group of the last measurement (all of it killed after)
-        self.policy_keys: Mapping[str, PolicyKeys] | None = None  # see `scheduled`
 
-    def scheduled(self, policy_keys: Mapping[str, PolicyKeys]) -> RealTier:
+    def scheduled(self, policy_keys: Mapping[str, PolicyKeys]) -> ScheduledTier:
         """This tier with vLLM's scheduler ordered by ``policy_keys`` (workload name -> keys of its requests)."""
-        out = copy.copy(self)
-        out.policy_keys = policy_keys
-        return out
+        return ScheduledTier(self, policy_keys)
 
     def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
                 hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
@@ -159,7 +155,11 @@ class RealTier:
     def measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
                     hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path]) -> list[Telemetry]:
         """One engine start for every workload (a start costs far more than a short workload)."""
-        policy_keys = self.policy_keys
+        return self._measure_all(engine_config, model, hardware, workloads, None)
+
+    def _measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
+                     hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path],
+                     policy_keys: Mapping[str, PolicyKeys] | None) -> list[Telemetry]:
         cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
         spec, hw = load_model(model), load_hardware(hardware)
         wls = [load_workload(w) for w in workloads]
@@ -239,3 +239,15 @@ class RealTier:
             errf.seek(0)
             err = errf.read().decode(errors="replace")
         return rc, err[-200_000:], timed_out
+
+
+class ScheduledTier:
+    """`RealTier.scheduled`: the same engine, its scheduler ordered by a policy's keys (`last_rows` stay the tier's)."""
+
+    def __init__(self, tier: RealTier, policy_keys: Mapping[str, PolicyKeys]) -> None:
+        self.tier, self.policy_keys = tier, policy_keys
+        self.name, self.engine_version = tier.name, tier.engine_version
+
+    def measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
+                    hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path]) -> list[Telemetry]:
+        return self.tier._measure_all(engine_config, model, hardware, workloads, self.policy_keys)

@@ -209,12 +209,12 @@ def test_the_real_tier_gets_the_policy_keys_and_cpu_workloads(monkeypatch):
 
     calls: list[dict] = []
 
-    def measure_all(self, cfg, model, hw, workloads):
-        calls.append({"model": model.name, "hw": hw.name, "keys": self.policy_keys,
+    def measure_all(self, cfg, model, hw, workloads, policy_keys):
+        calls.append({"model": model.name, "hw": hw.name, "keys": policy_keys,
                       "workloads": [w.name for w in workloads]})
         return [Telemetry(out_tok_per_s=100.0, ttft_p99=1.0, tier="real") for _ in workloads]
 
-    monkeypatch.setattr(RealTier, "measure_all", measure_all)
+    monkeypatch.setattr(RealTier, "_measure_all", measure_all)
     env = gym.make("RSI/Scheduler-v0", tier="real", hardware="cpu", model="tiny-llama", sandbox="bubblewrap").unwrapped
     env.reset(seed=0)
     assert env.tier.name == "real" and calls[0]["workloads"] == ["bursty_chat_cpu", "mixed_rag_cpu"]
