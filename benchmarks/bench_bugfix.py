@@ -37,7 +37,7 @@ def main() -> None:
             "hidden checks (uncached)": []}
     for k in range(args.repeats):
         rows["reset, precomputed instance"].append(timed(env.reset, seed=k))
-        env.tier._cache.clear()
+        env.tier.cache.clear()
         rows["bench (2 workloads)"].append(timed(env.step, {"kind": 3}))
         files = env.engine_files()
         checks._VERDICTS.clear()

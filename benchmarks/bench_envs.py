@@ -35,7 +35,7 @@ def rate(env_id: str, steps: int, cold: bool, seed: int = 0, *, time_resets: boo
     for _ in range(steps):
         a = {"kind": 0, "flag": int(rng.integers(n)), "value": np.float32(rng.random())}
         if cold:
-            env.tier._cache.clear()
+            env.tier.cache.clear()
         t0 = time.perf_counter()
         _, _, term, trunc, _ = env.step(a)
         if not time_resets:

@@ -57,6 +57,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     """``rsi-env bench --tier real|sim``: the same arguments and JSON as ``simulate``."""
+    from rsi_env.engine.config import EngineConfig
+    from rsi_env.engine.hardware import load_hardware
+    from rsi_env.engine.model import load_model
+    from rsi_env.engine.workload import load_workload
+    from rsi_env.store.recorded import Recordable, Recorded
+
     if args.tier == "sim":
         return _cmd_simulate(args)
     if args.tier == "endpoint":
@@ -66,12 +72,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise RsiEnvError("--tier endpoint needs --url of a running OpenAI-compatible server")
         if args.set:
             raise RsiEnvError("an endpoint runs with its own engine flags: drop --set")
-        tel = EndpointTier(args.url, timeout_s=args.timeout).measure(None, args.model, args.hardware, args.workload)
+        tier: Recordable = EndpointTier(args.url, timeout_s=args.timeout)
     else:
         from rsi_env.real.tier import RealTier
 
-        tel = RealTier(timeout_s=args.timeout, usage_context=args.usage_context).measure(
-            _parse_sets(args.set), args.model, args.hardware, args.workload)
+        tier = RealTier(timeout_s=args.timeout, usage_context=args.usage_context)
+    tel = Recorded(tier).measure_all(EngineConfig.from_dict(_parse_sets(args.set)), load_model(args.model),
+                                     load_hardware(args.hardware), [load_workload(args.workload)])[0]
     return _report(tel, args.json)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,6 +21,7 @@ from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.tier import LRU
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
 from rsi_env.errors import RsiEnvError
@@ -63,8 +63,7 @@ class WorkspaceTier:
         self.last: BenchResult | None = None
         self.last_hash: str | None = None
         self.fresh = False
-        self._cache: OrderedDict[str, BenchResult] = OrderedDict()
-        self.capacity = capacity
+        self.cache: LRU[str, BenchResult] = LRU(capacity)
 
     def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                     workloads: Sequence[Workload]) -> list[Telemetry]:
@@ -72,14 +71,12 @@ class WorkspaceTier:
         self.last_hash = _files_hash(files)
         key = json.dumps([self.last_hash, self.backend, self.engine_version, model.name, hw.name, cfg.to_dict(),
                           [w.content_hash for w in workloads]], sort_keys=True, default=str)
-        if self.fresh or key not in self._cache:
-            self.last = bench(files, cfg, model.name, hw.name, workloads, self.backend, self.engine_version)
-            if not self.last.timed_out:
-                self._cache[key] = self.last
-                if len(self._cache) > self.capacity:
-                    self._cache.popitem(last=False)
-        else:
-            self.last = self._cache[key]
+        hit = None if self.fresh else self.cache.get(key)
+        if hit is None:
+            hit = bench(files, cfg, model.name, hw.name, workloads, self.backend, self.engine_version)
+            if not hit.timed_out:
+                self.cache.put(key, hit)
+        self.last = hit
         return self.last.trusted()
 
 

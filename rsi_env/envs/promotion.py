@@ -25,6 +25,7 @@ from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.real.tier import RealTier
 from rsi_env.reward.guards import GuardResult, OutputTokens, output_guard
+from rsi_env.store.recorded import Recorded
 
 __all__ = ["Promoter", "RealMeasurement"]
 
@@ -56,7 +57,7 @@ class Promoter:
                 workloads: Sequence[Workload]) -> RealMeasurement:
         assert self.tier is not None
         t0 = time.monotonic()
-        tels = self.tier.measure_all(cfg, model, hw, list(workloads))
+        tels = Recorded(self.tier).measure_all(cfg, model, hw, list(workloads))
         gpus = cfg.num_gpus
         tokens = {r["workload"]: r["counters"].get("output_token_ids") or {} for r in self.tier.last_rows}
         return RealMeasurement(tels, tokens, (time.monotonic() - t0) * gpus)

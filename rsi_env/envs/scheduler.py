@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.tier import LRU
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import RsiEnv, _clean
 from rsi_env.envs.measure import real_tier
@@ -69,8 +69,7 @@ class PolicyTier:
         self.last_source: str | None = None
         self.last_keys: dict[str, PolicyKeys] = {}
         self.use_cache = True
-        self._cache: OrderedDict[str, Telemetry] = OrderedDict()
-        self.capacity = capacity
+        self.cache: LRU[str, Telemetry] = LRU(capacity)
 
     def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                     workloads: Sequence[Workload]) -> list[Telemetry]:
@@ -89,15 +88,13 @@ class PolicyTier:
         for w in workloads:
             ck = json.dumps([_keys_sha(keys[w.name]), self.engine_version, model.name, hw.name, cfg.to_dict(),
                              w.content_hash], sort_keys=True, default=str)
-            tel = self._cache.get(ck)
+            tel = self.cache.get(ck)
             if tel is None:
                 try:
                     tel = simulate_policy(cfg, model, hw, w, keys[w.name], engine_version=self.engine_version)[0]
                 except PolicyError as exc:
                     return [Telemetry.failed(f"policy: {exc}") for _ in workloads]
-                self._cache[ck] = tel
-                if len(self._cache) > self.capacity:
-                    self._cache.popitem(last=False)
+                self.cache.put(ck, tel)
             out.append(tel)
         return out
 

@@ -32,10 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import load_hardware
+from rsi_env.engine.model import load_model
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.evaluate.plan import EvalPlan, load_plan
 from rsi_env.real.tier import RealTier, group_members
+from rsi_env.store.recorded import Recorded
 
 __all__ = ["estimated_makespan_s", "load_candidates", "main", "read_results", "run_promote"]
 
@@ -97,7 +101,8 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: l
     t0 = time.monotonic()
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        tels = tier.measure_all(entry["flags"], doc["model"], doc["hardware"], workloads)
+        tels = Recorded(tier).measure_all(EngineConfig.from_dict(entry["flags"]), load_model(doc["model"]),
+                                          load_hardware(doc["hardware"]), workloads)
     finally:
         running.pop(entry["name"], None)
     wall = time.monotonic() - t0

@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,6 @@ from rsi_env.engine.telemetry import RequestTimings, Telemetry, summarize
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.real.schedule import run_schedule
-from rsi_env.store.record import record_measurements
 
 __all__ = ["EndpointTier", "parse_prometheus"]
 
@@ -60,28 +60,38 @@ class EndpointTier:
     name = "endpoint"
 
     def __init__(self, base_url: str, *, served_model: str | None = None, timeout_s: float = 600.0,
-                 sample_every_s: float = 0.1) -> None:
+                 sample_every_s: float = 0.1, engine_version: str = "endpoint") -> None:
         self.base_url = base_url.rstrip("/")
         self.served_model = served_model
         self.timeout_s = timeout_s
         self.sample_every_s = sample_every_s
-        self.engine_version = "endpoint"
+        self.engine_version = engine_version  # the vLLM release the server is said to run (unknown: "endpoint")
 
     def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
                 hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
-        if engine_config not in (None, {}) and not (isinstance(engine_config, EngineConfig)
-                                                   and not engine_config.to_dict(only_set=True)):
-            raise RsiEnvError("an endpoint runs with its own engine flags: pass engine_config=None")
-        spec, hw, w = load_model(model), load_hardware(hardware), load_workload(workload)
+        cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
+        return self.measure_all(cfg, load_model(model), load_hardware(hardware), [load_workload(workload)])[0]
+
+    def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
+                    workloads: Sequence[Workload]) -> list[Telemetry]:
+        """Each workload in turn; `RsiEnvError` for a configuration that sets a flag (the server has its own)."""
+        if cfg.to_dict(only_set=True):
+            raise RsiEnvError("an endpoint runs with its own engine flags: pass engine_config=None, "
+                              f"not {cfg.to_dict(only_set=True)}")
+        return [self._measure_one(model, hw, w) for w in workloads]
+
+    def _measure_one(self, spec: ModelSpec, hw: HardwareSpec, w: Workload) -> Telemetry:
         try:
-            tel = asyncio.run(asyncio.wait_for(self._measure(spec, hw, w), self.timeout_s))
+            return asyncio.run(asyncio.wait_for(self._measure(spec, hw, w), self.timeout_s))
         except TimeoutError:
-            tel = Telemetry.failed(f"timeout: the endpoint did not finish in {self.timeout_s:.0f}s", tier="endpoint")
+            return Telemetry.failed(f"timeout: the endpoint did not finish in {self.timeout_s:.0f}s", tier="endpoint")
         except Exception as exc:  # the server is down, refused, or broke the stream: a result, not a crash
-            tel = Telemetry.failed(f"crash: {type(exc).__name__}: {exc}"[:400], tier="endpoint")
-        record_measurements("endpoint", self.engine_version, EngineConfig(), spec, hw, [w], [tel],
-                            extras=[{"url": self.base_url}])
-        return tel
+            return Telemetry.failed(f"crash: {type(exc).__name__}: {exc}"[:400], tier="endpoint")
+
+    def record_fields(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, workloads: Sequence[Workload],
+                      tels: Sequence[Telemetry]) -> dict[str, Any]:
+        """Which server each row measured."""
+        return {"extras": [{"url": self.base_url}] * len(workloads)}
 
     async def _measure(self, spec: ModelSpec, hw: HardwareSpec, w: Workload) -> Telemetry:
         import aiohttp

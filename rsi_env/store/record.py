@@ -1,9 +1,9 @@
 """Recording into the experience store, automatically and cheaply: rows built from what a tier measured.
 
-Tiers call :func:`record_measurements` after they measure (the cached sim tier only for what it
-really simulated, never for a cache hit); environments call :func:`record_episode` when an
-episode ends. Both write to :func:`default_store` — one per process, opened on the first write —
-and never fail a measurement: a store that cannot be written is reported once, as a warning.
+`rsi_env.store.recorded.Recorded` calls :func:`record_measurements` after the tier it wraps measures
+(behind a cache, only for what was really measured, never for a cache hit); environments call
+:func:`record_episode` when an episode ends. Both write to :func:`default_store` — one per process,
+opened on the first write — and never fail a measurement: a store that cannot be written is reported once, as a warning.
 :func:`recording` says who asked (``source``) and which episode a measurement belongs to.
 """
 
@@ -128,12 +128,14 @@ def _warn_once(what: str, exc: BaseException) -> None:
 
 
 def record_measurements(tier: str, engine_version: str, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
-                        workloads: Sequence[Workload], tels: Sequence[Telemetry], **kw: Any) -> int:
-    """Write one trial's rows to the default store; returns rows written (0 when off, or on a store error)."""
+                        workloads: Sequence[Workload], tels: Sequence[Telemetry], *,
+                        store: ExperienceStore | None = None, **kw: Any) -> int:
+    """Write one trial's rows to ``store`` (the default store if None); returns rows written (0 when off, or on
+    a store error)."""
     if not workloads:
         return 0
     try:
-        st = default_store()
+        st = store if store is not None else default_store()
         if st is None:
             return 0
         return st.add_measurements(measurement_rows(tier, engine_version, cfg, model, hw, workloads, tels, **kw))

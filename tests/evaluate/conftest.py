@@ -39,6 +39,9 @@ class FakeRealTier:
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None
 
+    def record_fields(self, *_: Any) -> None:
+        return None  # a stand-in: nothing of it goes to the experience store
+
     @classmethod
     def reset(cls) -> None:
         cls.running = cls.max_running = 0

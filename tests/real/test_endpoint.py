@@ -121,3 +121,23 @@ def test_bench_cli_endpoint(capsys, tmp_path):
                    "--hardware", "cpu", "--workload", str(wl), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["tier"] == "endpoint" and out["out_tok_per_s"] > 0
+
+
+def test_any_env_measures_on_a_running_server_with_tier_endpoint(tmp_path):
+    import gymnasium as gym
+    import yaml
+
+    import rsi_env  # noqa: F401
+
+    (tmp_path / "ep.yaml").write_text(yaml.safe_dump(W.to_dict()))
+    with FakeServer() as srv:
+        env = gym.make("RSI/Batching-v0", tier=f"endpoint:http://127.0.0.1:{srv.port}", model="tiny-llama",
+                       hardware="cpu", workloads=[str(tmp_path / "ep.yaml")], auto_bench=True,
+                       sandbox="local").unwrapped
+        _, info = env.reset(seed=0)
+        assert srv.requests == 12 and info["telemetry"][0]["tier"] == "endpoint"
+        obs, *_ = env.step({"kind": rsi_env.BENCH})
+        assert "measured: score" in obs["text"] and srv.requests == 24
+        obs, reward, *_ = env.step(env.flag_action("max_num_seqs", env.task.ladder("max_num_seqs")[0]))
+        assert "its own engine flags" in obs["text"] and reward == 0.0 and srv.requests == 24  # refused, not sent
+        env.close()

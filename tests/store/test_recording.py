@@ -14,7 +14,7 @@ from rsi_env.cli import main
 from rsi_env.engine import load_hardware, load_model, load_workload
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.task import load_task
-from rsi_env.envs.measure import CachedSimTier
+from rsi_env.envs.measure import sim_tier
 from rsi_env.envs.state import validate
 from rsi_env.store import ExperienceStore, default_store
 from rsi_env.store.queries import best_configs
@@ -54,8 +54,21 @@ def test_an_episode_records_its_measurements_once_and_itself(store):
     assert len(store.episodes()) == 1  # closing does not record it twice
 
 
+def test_the_cache_measures_only_its_misses_and_the_store_gets_them_as_one_trial(store):
+    tier = sim_tier("0.26")
+    m, hw = load_model("llama-3.2-1b"), load_hardware("l40s")
+    a, b, c = load_workload("short_long"), load_workload("many_small"), load_workload("rag_chat")
+    first = tier.measure_all(EngineConfig(), m, hw, [a])
+    both = tier.measure_all(EngineConfig(), m, hw, [b, a, c])
+    assert both[1] == first[0] and (tier.hits, tier.misses) == (1, 3)
+    rows = store.measurements()
+    assert [r["workload"] for r in rows] == ["short_long", "many_small", "rag_chat"]
+    assert rows[1]["trial"] == rows[2]["trial"] != rows[0]["trial"] and all(r["sim_key"] for r in rows)
+    assert tier.measure_all(EngineConfig(max_num_seqs=8), m, hw, [a])[0] != first[0]  # another config: measured
+
+
 def test_a_new_store_gets_what_the_cache_already_had(tmp_path, monkeypatch):
-    tier = CachedSimTier("0.26")
+    tier = sim_tier("0.26")
     args = (EngineConfig(), load_model("llama-3.2-1b"), load_hardware("l40s"), [load_workload("short_long")])
     monkeypatch.setenv("RSI_ENV_STORE", f"sqlite:///{tmp_path / 'a.sqlite'}")
     tier.measure_all(*args)
@@ -193,15 +206,19 @@ with open(out, "w") as f:
 '''
 
 
-def test_the_real_tier_records_what_the_engine_reported(store, tmp_path):
+def test_the_recorded_real_tier_records_what_the_engine_reported(store, tmp_path):
     from rsi_env.real.tier import RealTier
+    from rsi_env.store.recorded import Recorded
 
     driver = tmp_path / "fake-python"
     driver.write_text(FAKE_DRIVER)
     driver.chmod(0o755)
     tier = RealTier(python=str(driver), timeout_s=60)
     wls = [load_workload("short_long"), load_workload("many_small")]
-    tels = tier.measure_all({"max_num_seqs": 64}, "tiny-llama", "cpu", wls)
+    tier.measure_all({"max_num_seqs": 64}, "tiny-llama", "cpu", wls)
+    assert store.measurements() == []  # the bare engine measures; recording is the wrapper's job
+    tels = Recorded(tier).measure_all(EngineConfig(max_num_seqs=64), load_model("tiny-llama"), load_hardware("cpu"),
+                                      wls)
     assert all(t.ok and t.tier == "real" for t in tels)
     rows = store.measurements()
     assert [r["workload"] for r in rows] == ["short_long", "many_small"] and {r["tier"] for r in rows} == {"real"}
