@@ -22,10 +22,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rsi_env.calibrate.host import HOST
+from rsi_env.calibrate.samples import samples_from_rows
+from rsi_env.calibrate.score import evaluate
+from rsi_env.calibrate.stages import run_host_calibration
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.evaluate.fidelity import passes
 from rsi_env.sim.calibration import Calibration, load_calibration
-from rsi_env.sim.fit import HOST, evaluate, run_host_calibration, samples_from_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE15 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign15.jsonl"

@@ -1,6 +1,6 @@
 """`long_context`'s real steps, each rebuilt to its exact composition and priced by the simulator's cost model.
 
-`rsi_env.sim.step_groups` leaves `long_context` out: its decode requests' contexts are far from any mean. But its
+`rsi_env.calibrate.step_groups` leaves `long_context` out: its decode requests' contexts are far from any mean. But its
 schedule can be rebuilt exactly. The workload's prompts are seeded, vLLM's FCFS scheduler computes them in arrival
 order, and the step trace says how many prompt tokens, prompt requests and decode requests each step ran: walking the
 prompts in order through the steps' prompt tokens gives each chunk and the context before it; a request decodes from
@@ -32,13 +32,13 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rsi_env.calibrate.step_groups import price_gap
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.cost import StepCost
-from rsi_env.sim.step_groups import price_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = 2048
@@ -83,7 +83,7 @@ def rebuild(row: dict[str, Any]) -> list[dict[str, Any] | None] | None:
 
 
 def price(cost: StepCost, step: dict[str, Any], nxt: dict[str, Any]) -> float:
-    """The gap before ``step``'s output (`rsi_env.sim.step_groups.price_gap`), with each chunk's own context; a chunk
+    """The gap before ``step``'s output (`rsi_env.calibrate.step_groups.price_gap`), with each chunk's own context; a chunk
     with none before it is a request the step admits."""
     chunks = step["chunks"]
     reqs = step["decodes"] + len(chunks)

@@ -26,12 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from rsi_env.calibrate.full import fit
+from rsi_env.calibrate.samples import Sample, load_samples
+from rsi_env.calibrate.score import predict
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.sim import simulate_detailed
 from rsi_env.sim.calibration import Calibration, load_calibration
-from rsi_env.sim.fit import Sample, _predict, fit, load_samples
 
 SINGLE = ["data/measurements/h200-vllm0.26/extra.jsonl", "data/measurements/h200-vllm0.26/llama8b.jsonl",
           "data/measurements/h200-vllm0.26/others.jsonl"]
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in samples:
             if s.config_key != key:
                 continue
-            pred = _predict(s, cal, hw)
+            pred = predict(s, cal, hw)
             held_pred[(key, s.workload.name)] = pred
             row = {"config": key, "workload": s.workload.name}
             for m in METRICS:
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             s1 = by.get((key1, s.workload.name))
             if s1 is None:
                 continue
-            p1 = _predict(s1, final, hw)   # TP=1 is in every fit's training set
+            p1 = predict(s1, final, hw)   # TP=1 is in every fit's training set
             p2 = held_pred[(key, s.workload.name)]  # TP=2 held out
             for m in METRICS:
                 if m == "out_tok_per_s" and s.workload.arrival.process != "burst":

@@ -5,7 +5,7 @@ which slows every later step). This takes the queueing out: every real row whose
 ran (its prompt requests and tokens and its decode requests: vLLM's iteration details, recorded since the seventh
 lease) is cut into groups of alike steps — by how vLLM ran them, one full CUDA graph, piecewise graphs or none,
 by decode requests, and by how the next step ran, whose launches share the gap under async scheduling
-(`rsi_env.sim.step_groups`) — and each group's mean composition is priced by the simulator's cost model and set
+(`rsi_env.calibrate.step_groups`) — and each group's mean composition is priced by the simulator's cost model and set
 beside the group's median real time. Per model,
 CUDA-graph mode and decode-request bin it prints the steps' median real and priced times (each group weighted
 by its steps) and the median ratio.
@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rsi_env.calibrate.step_groups import DECODE_BINS, decode_bin, price, step_groups, weighted_median
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
-from rsi_env.sim.step_groups import DECODE_BINS, decode_bin, price, step_groups, weighted_median
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [ROOT / "data" / "measurements" / "h200x2-vllm0.26" / f

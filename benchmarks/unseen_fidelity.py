@@ -124,12 +124,14 @@ from typing import NamedTuple
 import numpy as np
 import yaml
 
+from rsi_env.calibrate.memory import blocks_error
+from rsi_env.calibrate.samples import Sample, load_samples
+from rsi_env.calibrate.score import evaluate
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.evaluate.fidelity import passes, spearman
 from rsi_env.sim.calibration import Calibration, load_calibration
-from rsi_env.sim.fit import Sample, blocks_error, evaluate, load_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALS = {"batching": ["real.jsonl"], "quantization": ["real.jsonl"], "prefix_cache": ["real.jsonl", "real_repeat.jsonl"]}

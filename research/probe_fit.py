@@ -31,19 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from rsi_env.calibrate.host import PROBE
+from rsi_env.calibrate.report import calibration_id
+from rsi_env.calibrate.samples import Sample, read_rows, samples_from_rows
+from rsi_env.calibrate.score import evaluate
+from rsi_env.calibrate.stage import stage_base
+from rsi_env.calibrate.timing import NOISY, residuals
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.sim.calibration import Calibration
-from rsi_env.sim.fit import (
-    NOISY,
-    PROBE,
-    Sample,
-    _read_rows,
-    _stage_base,
-    calibration_id,
-    evaluate,
-    residuals,
-    samples_from_rows,
-)
 
 __all__ = ["probe_rule", "run_factor", "run_probe_calibration"]
 
@@ -106,8 +101,8 @@ def run_probe_calibration(hardware: str, probe_measurements: list[str], *, base:
     The calibration written keeps the base's provenance, names the base, and records the stage: each start's probe
     and factor, the rule, and the leave-one-run-out error before (the base) and after (the others' rule).
     """
-    hw, base = _stage_base("run_probe_calibration", hardware, base, engine_version)
-    texts, rows = _read_rows(probe_measurements)
+    hw, base = stage_base("run_probe_calibration", hardware, base, engine_version)
+    texts, rows = read_rows(probe_measurements)
     runs = _runs(samples_from_rows(rows, str(list(probe_measurements))))
     if len({p for _, p, _ in runs}) < 2:
         raise ValueError(f"run_probe_calibration: {len(runs)} run(s) in {list(probe_measurements)} carry a CPU "

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +109,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """``rsi-env calibrate {full,memory,host,launch}``: the whole fit, or one stage from a base calibration."""
+    from rsi_env.calibrate.full import run_calibration
+    from rsi_env.calibrate.stages import run_stage
     from rsi_env.sim.calibration import load_calibration
-    from rsi_env.sim.fit import run_calibration, run_host_calibration, run_memory_calibration
-    from rsi_env.sim.launch_fit import run_launch_calibration
 
     files = list(args.measurements) + list(getattr(args, "host_measurements", []))
     for path in files:
@@ -123,7 +122,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise RsiEnvError(f"calibrate: no calibration file {base_path!r} (--base)")
     try:
         if args.stage == "full" and args.from_store:
-            from rsi_env.sim.from_store import calibrate_from_store
+            from rsi_env.calibrate.from_store import calibrate_from_store
             from rsi_env.store.cli import _store
 
             if files:
@@ -140,12 +139,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                      host_measurements=args.host_measurements or None)
         else:
             base = load_calibration(args.hardware, args.engine_version, base_path) if base_path else None
-            stages: dict[str, Callable[..., dict[str, Any]]] = {
-                "memory": run_memory_calibration, "host": run_host_calibration, "launch": run_launch_calibration}
-            run = stages[args.stage]
-            extra = {"max_nfev": args.max_nfev} if args.stage == "host" else {}
-            report = run(args.hardware, args.measurements, base=base, engine_version=args.engine_version,
-                         out=args.out, seed=args.seed, **extra)
+            report = run_stage(args.stage, args.hardware, args.measurements, base=base,
+                               engine_version=args.engine_version, out=args.out, seed=args.seed,
+                               max_nfev=args.max_nfev)
     except ValueError as e:
         raise RsiEnvError(str(e)) from e
     print(json.dumps(report, indent=2) if args.json else report["summary"])

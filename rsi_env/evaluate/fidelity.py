@@ -2,7 +2,7 @@
 
 Pure functions of plain numbers (no tier, no env), so they are checked by hand in the tests:
 
-- ``mape``, ``spearman``, ``ranks``: `rsi_env.engine.metrics`'s (the fits report the same measures);
+- ``mape``, ``spearman``, ``ranks``: `rsi_env.calibrate.metrics`'s (the fits report the same measures);
 - ``passes``: repeated runs split into passes, the n-th run of each key in the n-th pass (the real engine's
   rankings are compared pass against pass: one run of a configuration is a draw, not a value);
 - ``real_only_gpu_s``: what the same search would have cost on real alone — every sim evaluation
@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TypeVar
 
-from rsi_env.engine.metrics import mape, ranks, spearman
+from rsi_env.calibrate.metrics import mape, ranks, spearman
 
 __all__ = ["mape", "passes", "ranks", "real_only_gpu_s", "spearman"]
 

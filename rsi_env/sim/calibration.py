@@ -1,7 +1,7 @@
 """`Calibration`: the coefficients that turn the roofline into seconds and bytes, per chip and vLLM release.
 
 Coefficients are data (``rsi_env/catalog/calibration/<hardware>-vllm<version>.yaml``), fitted by
-:mod:`rsi_env.sim.fit` against real measurements and stored with their provenance and held-out
+:mod:`rsi_env.calibrate` against real measurements and stored with their provenance and held-out
 error. The newest fit of a (hardware, version) wins — the catalog's, or one ``rsi-env calibrate``
 wrote into the user's calibration directory — and every measurement names it (``Telemetry.calibration``).
 A (hardware, version) with no fitted file falls back to ``default.yaml`` — vendor-typical

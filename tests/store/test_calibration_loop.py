@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from rsi_env.calibrate.from_store import real_rows
+from rsi_env.calibrate.samples import load_samples, samples_from_rows
 from rsi_env.cli import main
 from rsi_env.sim import simulate
 from rsi_env.sim.calibration import load_calibration
-from rsi_env.sim.fit import load_samples, samples_from_rows
-from rsi_env.sim.from_store import real_rows
 from rsi_env.store import ExperienceStore
 from rsi_env.store.transfer import import_files
 

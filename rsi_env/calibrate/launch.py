@@ -3,47 +3,41 @@
 A step with prompt tokens runs piecewise CUDA graphs, each layer's attention called from Python between them, on the
 engine core's thread (`StepCost.dispatch`); under async scheduling that launch shows in the gap before the previous
 step's output. The step traces time it directly, with no queueing in between: every group of alike real steps that a
-piecewise step follows (`rsi_env.sim.step_groups`) is priced by the cost model, and the stage sets the one term so
-that the real steps take as long as priced, in the median over those groups weighted by their steps. The
+piecewise step follows (`rsi_env.calibrate.step_groups`) is priced by the cost model, and the stage sets the one
+term so that the real steps take as long as priced, in the median over those groups weighted by their steps. The
 end-to-end timing fit cannot tell this term from the others (a TTFT too long is as well fixed by a slower front
 end); one number that only launches set can.
 
 The cost grows with the term wherever the launches outlast the kernels, so the median ratio of real to priced
 falls as the term rises, and bisection finds it. As the other stages, it splits the rows by configuration
-(`rsi_env.sim.fit.staged_fit`): fitted on part, the ratio on the rest before and after, then refitted on all.
+(`rsi_env.calibrate.stage.staged_fit`): fitted on part, the ratio on the rest before and after, then refitted on all.
+Run alone (``rsi-env calibrate launch``), every other term of the base is kept; the calibration written keeps the
+base's provenance, names the base, and records the launch stage (its split, the priced steps before and after).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rsi_env.calibrate.report import errors, launch_summary
+from rsi_env.calibrate.samples import load_samples
+from rsi_env.calibrate.score import evaluate
+from rsi_env.calibrate.stage import Alone, Stage, StageRun, staged_fit
+from rsi_env.calibrate.step_groups import StepGroup, price, step_groups, weighted_median
+from rsi_env.calibrate.timing import BOUNDS
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import load_model
 from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
-from rsi_env.sim.fit import (
-    _BOUNDS,
-    _errors,
-    _mapes,
-    _read_rows,
-    _stage_base,
-    calibration_id,
-    evaluate,
-    load_samples,
-    staged_fit,
-)
-from rsi_env.sim.step_groups import StepGroup, price, step_groups, weighted_median
 
-__all__ = ["LAUNCH", "fit_launch", "launch_error", "launch_groups", "run_launch_calibration"]
+__all__ = ["LAUNCH", "STAGE", "RunGroups", "fit_launch", "launch_error", "launch_groups"]
 
 LAUNCH = "piecewise_layer_s"
 
@@ -111,7 +105,7 @@ def fit_launch(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec, iterat
     if not runs:
         raise ValueError("fit_launch: no groups of steps followed by a piecewise step (dense models, one GPU, step "
                          "traces with each step's composition)")
-    lo, hi = (math.log(b) for b in _BOUNDS[LAUNCH])
+    lo, hi = (math.log(b) for b in BOUNDS[LAUNCH])
 
     def median(x: float) -> float:
         return weighted_median(*_ratios(runs, cal.with_coefficients({LAUNCH: math.exp(x)}), hw))
@@ -126,54 +120,35 @@ def fit_launch(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec, iterat
     return cal.with_coefficients({LAUNCH: math.exp(0.5 * (lo + hi))})
 
 
-def run_launch_calibration(hardware: str, step_measurements: list[str], *, base: Calibration | None = None,
-                           engine_version: str = "0.26", out: str | None = None, seed: int = 0,
-                           refit_all: bool = True) -> dict[str, Any]:
-    """The launch stage alone: ``base`` (default: the calibration in use) with ``piecewise_layer_s`` read off the
-    step traces of ``step_measurements``, every other term kept. The calibration written keeps the base's
-    provenance, names the base, and records the launch stage (its split, the priced steps before and after)."""
-    hw, base = _stage_base("run_launch_calibration", hardware, base, engine_version)
-    texts, rows = _read_rows(step_measurements)
+def _items(rows: list[dict[str, Any]], where: str) -> list[RunGroups]:
+    """The runs' groups of steps a piecewise step's launch shows in (`launch_groups`)."""
     runs = launch_groups(rows)
     if not runs:
-        raise ValueError(f"run_launch_calibration: no run in {list(step_measurements)} has steps followed by a "
+        raise ValueError(f"run_launch_calibration: no run in {where} has steps followed by a "
                          "piecewise step (dense models on one GPU, step traces with each step's composition)")
-    fitted, report = staged_fit(runs, seed, base, hw, refit_all, fit_launch, launch_error)
+    return runs
+
+
+def _run(r: StageRun) -> tuple[Calibration, dict[str, Any], dict[str, Any]]:
+    """Split by configuration (`staged_fit`), and the end-to-end error on the base's host-stage runs."""
+    fitted, report = staged_fit(r)
+    base, hw = r.base, r.hw
     # The term moves every step with prompt tokens: the end-to-end error on the runs the base's host stage was fitted
     # on, before and after, shows what that costs on that host (and lets a test replay it).
     host_runs: list[str | Path] = [str(m) for m in (base.provenance.get("host_stage") or {}).get("measurements") or []]
     if host_runs and all(Path(m).is_file() for m in host_runs):
         hs = load_samples(host_runs)
-        report["host_runs"] = {"measurements": [str(m) for m in host_runs], "before": _errors(evaluate(hs, base, hw)),
-                               "after": _errors(evaluate(hs, fitted, hw))}
-    digest = hashlib.sha256((base.id + "".join(texts)).encode()).hexdigest()[:12]
-    value = getattr(fitted, LAUNCH)
-    fitted = replace(fitted, id=calibration_id(fitted, digest), provenance={
-        **base.provenance, "fitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "base": base.id,
-        "launch_stage": {"measurements": [str(m) for m in step_measurements], "sha256_12": digest, "terms": [LAUNCH],
-                         "value": value, "base_value": getattr(base, LAUNCH),
+        report["host_runs"] = {"measurements": [str(m) for m in host_runs], "before": errors(evaluate(hs, base, hw)),
+                               "after": errors(evaluate(hs, fitted, hw))}
+    return fitted, report, {
+        "launch_stage": {"measurements": [str(m) for m in r.measurements], "sha256_12": r.digest, "terms": [LAUNCH],
+                         "value": getattr(fitted, LAUNCH), "base_value": getattr(base, LAUNCH),
                          "n_train_configs": report["n_train_configs"],
                          "n_held_out_configs": report["n_held_out_configs"],
                          "held_out_before": report["before"], "held_out_after": report["after"],
                          "all_configs": report["all_configs"], **({"host_runs": report["host_runs"]}
-                                                                    if "host_runs" in report else {})}})
-    report["calibration"] = fitted.to_dict()
-    if out:
-        fitted.save(out)
+                                                                    if "host_runs" in report else {})}}
 
-    def line(e: dict[str, Any]) -> str:
-        return (f"{e['n_groups']} groups ({e['n_steps']} steps): real/priced median {e['median_real_over_priced']}, "
-                f"mean |log ratio| {e['mean_abs_log_ratio']}")
 
-    report["summary"] = "\n".join([
-        f"calibration {fitted.id}: {base.id} with {LAUNCH} {getattr(base, LAUNCH) * 1e6:.0f} -> {value * 1e6:.0f} us "
-        f"from the step traces of {len({r.config_key for r in runs})} configurations "
-        f"({report['n_train_configs']} to fit, {report['n_held_out_configs']} held out)",
-        f"  launch stage before held_out: {line(report['before'])}",
-        f"  launch stage after  held_out: {line(report['after'])}",
-        f"  {'written' if refit_all else 'fitted'} calibration on all: {line(report['all_configs'])} "
-        f"(the base: {line(report['all_configs_before'])})"]
-        + ([f"  end to end on the base's host-stage runs: before {_mapes(report['host_runs']['before'])}",
-            f"                                          after  {_mapes(report['host_runs']['after'])}"]
-           if "host_runs" in report else []))
-    return report
+STAGE = Stage("launch", (LAUNCH,), lambda runs, start, hw, _max_nfev: fit_launch(runs, start, hw), launch_error,
+              Alone(_items, _run, launch_summary))

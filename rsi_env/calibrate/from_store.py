@@ -1,7 +1,7 @@
 """The calibration loop: real-tier measurements in the store become a new calibration of the simulator.
 
 :func:`calibrate_from_store` reads the store's real-tier rows of one (hardware, vLLM version),
-fits with :func:`rsi_env.sim.fit.run_calibration` (seeded split, whole configurations held out),
+fits with :func:`rsi_env.calibrate.full.run_calibration` (seeded split, whole configurations held out),
 writes the result into the user's calibration directory — where :func:`load_calibration` finds it
 and, being the newest, uses it — and registers it in the store with its provenance (store, rows
 used, when) and held-out error.
@@ -42,8 +42,8 @@ def calibrate_from_store(store: ExperienceStore, hardware: str, *, engine_versio
                          out: str | Path | None = None, seed: int = 0, max_nfev: int = 60,
                          num_gpus: int | None = 1) -> dict[str, Any]:
     """Fit a calibration to the store's real rows; write it (default: the user's calibration dir) and register it."""
+    from rsi_env.calibrate.full import run_calibration
     from rsi_env.sim.calibration import user_calibration_dir
-    from rsi_env.sim.fit import run_calibration
 
     rows = real_rows(store, hardware, engine_version, num_gpus)
     if not rows:

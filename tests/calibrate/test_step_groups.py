@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from rsi_env.calibrate.step_groups import MIN_STEPS, price, step_groups
 from rsi_env.engine import EngineConfig, load_hardware, load_model
 from rsi_env.sim.calibration import load_calibration
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
-from rsi_env.sim.step_groups import MIN_STEPS, price, step_groups
 
 LEASE7 = Path(__file__).resolve().parents[2] / "data" / "measurements" / "h200x2-vllm0.26" / "campaign7.jsonl"
 SPEC = {"name": "many_small", "seed": 1, "requests": 8, "prompt_tokens": 100, "output_tokens": 20}

@@ -1,4 +1,4 @@
-"""The launch stage (`rsi_env.sim.launch_fit`): ``piecewise_layer_s`` read off the real engine's step traces."""
+"""The launch stage (`rsi_env.calibrate.launch`): ``piecewise_layer_s`` read off the real engine's step traces."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from rsi_env.calibrate.launch import LAUNCH, fit_launch, launch_error, launch_groups
+from rsi_env.calibrate.stages import run_launch_calibration
+from rsi_env.calibrate.step_groups import price, step_groups
 from rsi_env.engine import EngineConfig, load_hardware, load_model
 from rsi_env.sim.calibration import load_calibration
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
-from rsi_env.sim.launch_fit import LAUNCH, fit_launch, launch_error, launch_groups, run_launch_calibration
-from rsi_env.sim.step_groups import price, step_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE13 = ROOT / "data" / "measurements" / "h200-vllm0.26" / "campaign13.jsonl"

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from rsi_env.calibrate.full import run_calibration
+from rsi_env.calibrate.samples import load_samples, split
+from rsi_env.calibrate.score import evaluate
 from rsi_env.engine import load_hardware
 from rsi_env.sim import simulate
 from rsi_env.sim.calibration import Calibration, load_calibration
-from rsi_env.sim.fit import evaluate, load_samples, run_calibration, split
 
 ROOT = Path(__file__).resolve().parents[2]
 # The one-H200 host's files of the shipped calibration's main fit (neither the held-out leases nor the host stage's).
@@ -112,7 +114,9 @@ def test_moe_terms_are_fitted_on_moe_models_and_the_shared_terms_on_dense_ones()
     engine's own one-off costs cannot bend them), then the MoE terms from the MoE models' with the shared ones
     fixed. Without a MoE measurement the MoE terms keep their prior. The memory terms likewise: the KV blocks of
     the dense configurations fit the shared ones, the MoE configurations only the fused-MoE caches' term."""
-    from rsi_env.sim.fit import MEMORY, MOE, TIMING, fit
+    from rsi_env.calibrate.full import fit
+    from rsi_env.calibrate.memory import MEMORY
+    from rsi_env.calibrate.timing import MOE, TIMING
 
     rows = load_samples([ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "campaign4.jsonl"])
     dense = [s for s in rows if s.model == "llama-3.2-1b" and s.workload.name in ("short_long", "burst_256")]
@@ -138,7 +142,7 @@ def test_moe_terms_are_fitted_on_moe_models_and_the_shared_terms_on_dense_ones()
 
 
 def test_a_calibration_id_names_its_coefficients_not_only_its_measurements():
-    from rsi_env.sim.fit import calibration_id
+    from rsi_env.calibrate.report import calibration_id
 
     cal = Calibration(hardware="h200", engine_version="0.26")
     same = calibration_id(cal, "abc")
@@ -150,7 +154,7 @@ def test_a_calibration_id_names_its_coefficients_not_only_its_measurements():
 def test_the_host_stage_refits_only_the_hosts_terms_and_fits_that_host_better():
     """`fit_host`: the CPU-side terms (`HOST`) refitted on one host's runs, every GPU and model term kept; on the
     one-H200 host's `many_small` runs (steps of 8-12 ms where the two-GPU host's took 13-30) the error drops."""
-    from rsi_env.sim.fit import HOST, fit_host
+    from rsi_env.calibrate.host import HOST, fit_host
 
     hw, base = load_hardware("h200"), Calibration(hardware="h200", engine_version="0.26", cpu_per_new_req_s=2e-3,
                                                   frontend_s=2e-2)
@@ -167,7 +171,7 @@ def test_the_host_stage_refits_only_the_hosts_terms_and_fits_that_host_better():
 
 def test_the_shipped_calibration_is_the_one_h200_hosts_and_reproduces_its_host_stage():
     """The shipped calibration's host stage was fitted on the one-H200 host's runs (its provenance names them and
-    the host); the launch stage after it (`rsi_env.sim.launch_fit`) recorded the end-to-end error on those runs
+    the host); the launch stage after it (`rsi_env.calibrate.launch`) recorded the end-to-end error on those runs
     before and after, and the simulator reproduces the error after."""
     cal = load_calibration("h200", "0.26")
     stage = cal.provenance["host_stage"]
@@ -211,14 +215,14 @@ def test_rank_agreement_gives_tied_predictions_their_mean_rank():
     """The simulator finds 1,024 batched tokens no different from the defaults on `short_long`'s short prompts; the
     real engine ranks the two a hair apart. Tied predictions share their mean rank (Spearman's definition), so the
     rows' order in the file does not decide whether the sim "agrees"."""
+    from rsi_env.calibrate.score import predict, rank_agreement
     from rsi_env.evaluate.fidelity import spearman
-    from rsi_env.sim.fit import _predict, rank_agreement
 
     hw, cal = load_hardware("h200"), load_calibration("h200", "0.26")
     rows = [s for s in load_samples([ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign15.jsonl"])
             if s.model == "llama-3.1-8b" and s.workload.name == "short_long"]
     assert len(rows) == 5
-    pairs = [(s, _predict(s, cal, hw)) for s in rows]
+    pairs = [(s, predict(s, cal, hw)) for s in rows]
     tied = [p.tpot_p50 for s, p in pairs if s.flags in ({}, {"max_num_batched_tokens": 1024})]
     assert len(tied) == 2 and tied[0] == tied[1]
     want = spearman([s.real.tpot_p50 for s, _ in pairs], [p.tpot_p50 for _, p in pairs])
@@ -230,8 +234,9 @@ def test_the_host_stage_alone_moves_a_calibration_to_a_new_host(tmp_path, capsys
     """`rsi-env calibrate host`: the host stage from the calibration in use
     (or --base), every GPU and model term kept, the base named in the provenance, the host's split recorded; the
     CLI refuses --base beside --measurements and names a missing base file."""
+    from rsi_env.calibrate.host import HOST
+    from rsi_env.calibrate.stages import run_host_calibration
     from rsi_env.cli import main
-    from rsi_env.sim.fit import HOST, run_host_calibration
 
     rows = (ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign17.jsonl").read_text().splitlines()
     host_rows = [x for x in rows if '"flags": {}' in x or '"flags": {"max_num_seqs": 96}' in x][:8]
@@ -282,8 +287,9 @@ def test_the_memory_stage_alone_refits_the_kv_terms_and_keeps_the_timing(tmp_pat
     configuration), every timing term kept, the base named; from a base whose non-torch memory is 2 GB off, the
     eighteenth lease's caches (gpu_memory_utilization 0.14 to 0.92, 131,072 batched tokens) come back within 2.5 %.
     The CLI refuses a file without KV-cache sizes."""
+    from rsi_env.calibrate.memory import MEMORY
+    from rsi_env.calibrate.stages import run_memory_calibration
     from rsi_env.cli import main
-    from rsi_env.sim.fit import MEMORY, run_memory_calibration
 
     files = [str(ROOT / m) for m in load_calibration("h200", "0.26").provenance["measurements"]]
     files.append(str(ROOT / "data" / "measurements" / "h200-vllm0.26" / "heldout_campaign18.jsonl"))
