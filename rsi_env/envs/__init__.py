@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rsi_env.engine.task import Task, list_tasks, load_task
-from rsi_env.envs.core import KIND_NAMES, OBS_FIELDS, RsiEnv
+from rsi_env.envs.actions import KIND_NAMES
+from rsi_env.envs.core import RsiEnv
+from rsi_env.envs.observation import OBS_FIELDS
 from rsi_env.envs.registration import register_envs
 from rsi_env.envs.state import ValidationResult, validate
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,12 +21,12 @@ from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.engine.tier import LRU
+from rsi_env.engine.tier import LRU, Tier
 from rsi_env.engine.workload import Workload
-from rsi_env.envs.core import RsiEnv, _clean
+from rsi_env.envs.core import Measurement, RsiEnv
+from rsi_env.envs.observation import clean
 from rsi_env.errors import RsiEnvError
-from rsi_env.reward import SubmitEvent, score
-from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.reward.guards import GuardResult
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
 from rsi_env.sim import simulate
@@ -158,6 +158,7 @@ class BugFixEnv(RsiEnv):
     task_id = "RSI/BugFix-v0"
     sandboxed = True
     workload_dir = WORKLOAD_DIR
+    verify_again = True  # a submission already measured is measured once more, from a clean start
 
     def __init__(self, task: Task | str | None = None, **kwargs: Any) -> None:
         base = task if isinstance(task, Task) else load_task(task or self.task_id)
@@ -168,8 +169,13 @@ class BugFixEnv(RsiEnv):
         self._start_files: dict[str, str] = {}
         self.clean_tels: list[Telemetry] = []
         super().__init__(base, **kwargs)
-        self.workspace_tier = WorkspaceTier(self.tier.engine_version, self.engine_files, self.sandbox_backend)
-        self.tier = self.workspace_tier
+
+    def _make_tier(self, tier: str, engine_version: str) -> Tier:
+        """The workspace's engine, run in a fresh sandbox (sim only: the real engine is not the workspace's)."""
+        if tier != "sim":
+            raise RsiEnvError(f"{self.task.id} runs on tier 'sim' only (the workspace's engine), not {tier!r}")
+        self.workspace_tier = WorkspaceTier(engine_version, self.engine_files, self.sandbox_backend)
+        return self.workspace_tier
 
     # ---- the workspace's engine -----------------------------------------------------------------
     def engine_files(self) -> dict[str, str]:
@@ -186,20 +192,20 @@ class BugFixEnv(RsiEnv):
         """What the episode's shell shows besides the workspace: the visible tests' numpy, PyYAML, pytest, runtime."""
         return workspace_profile()
 
-    # ---- Gymnasium API --------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self.instance = instance_for(self._seed_for(seed), self.sandbox_backend)
+    # ---- the episode ------------------------------------------------------------------------------
+    def _begin_episode(self, seed: int) -> None:
+        self.instance = instance_for(seed, self.sandbox_backend)
         self._start_files = self.instance.files()
-        super().reset(seed=seed, options=options)
-        assert self.workspace is not None
-        for rel, text in self._start_files.items():
-            self.workspace.write(rel, text)
+
+    def _workspace_files(self) -> dict[str, str]:
+        return dict(self._start_files)
+
+    def _after_baseline(self) -> None:
+        """The clean engine's telemetry; a workload the bugged engine could not serve counts `CRASHED_BASE`."""
         self.clean_tels = self._clean_tels(self.baseline_config)
         self.base_tels = [b if b.ok else replace(c, out_tok_per_s=c.out_tok_per_s * CRASHED_BASE)
                           for b, c in zip(self.base_tels, self.clean_tels, strict=True)]
-        self.text = _clean(self.text + self._symptoms())
-        return self._obs(), self._info()
+        self.text = clean(self.text + self._symptoms())
 
     def _clean_tels(self, cfg: EngineConfig) -> list[Telemetry]:
         """The clean engine (the package's own modules, trusted) on the episode's workloads."""
@@ -227,46 +233,29 @@ class BugFixEnv(RsiEnv):
     def _code_state(self) -> str:
         return _files_hash(self.engine_files())
 
-    def _do_bench(self, explicit: bool) -> list[object]:
-        events = super()._do_bench(explicit)
-        if events:
-            self.text = _clean(self.text + self._symptoms())
-        return events
+    def _measure(self, verify: bool) -> Measurement:
+        m = super()._measure(verify)
+        return replace(m, report=m.report + self._symptoms())
 
-    def _do_submit(self) -> list[object]:
-        """Judge the editable engine files from a clean start: measured anew and checked anew, nothing remembered."""
-        tier = self.workspace_tier
-        files = self.engine_files()
-        tier.fresh = True
+    @contextlib.contextmanager
+    def _verifying(self) -> Iterator[None]:
+        """A submission is judged from a clean start: measured anew and checked anew, nothing remembered."""
+        self.workspace_tier.fresh = True
         try:
-            if tier.last_hash != _files_hash(files):
-                self.measured_config = None  # the code changed since the last measurement: a (paid) bench first
-            elif self.measured_config == self.config:
-                self._measure_again()
-            events = super()._do_submit()
-            extra = self._extra_guards(files)
+            yield
         finally:
-            tier.fresh = False
-        assert self.verdict is not None
-        v = self.verdict
-        kept = [g for g in v.guards if g.name not in _DROPPED_GUARDS]
-        self.verdict = Verdict(all(g.ok for g in kept + extra), v.score, tuple(kept + extra))
-        self.text = _clean(self.verdict.summary())
-        return [e for e in events if not isinstance(e, SubmitEvent)] + [SubmitEvent(self.verdict)]
+            self.workspace_tier.fresh = False
 
-    def _measure_again(self) -> None:
-        """The submitted engine measured once more, unpaid: what the verdict reads, whatever an earlier bench gave."""
-        self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
-        self.cost.add(self.tier_name, self.last_tels, self.config, self.hardware)
-        self.last_score = score(self.last_tels, self.base_tels, self.task)
-
-    def _extra_guards(self, files: dict[str, str]) -> list[GuardResult]:
-        clean = self._clean_tels(self.config)
+    def _guards(self) -> list[GuardResult]:
+        """The base's guards but ``slo`` and ``improvement``, the throughput of the clean engine, the hidden checks."""
+        guards = [g for g in super()._guards() if g.name not in _DROPPED_GUARDS]
+        files = self.engine_files()
+        clean_tels = self._clean_tels(self.config)
         slow = [f"{w.name}: {t.out_tok_per_s / c.out_tok_per_s:.3f}x"
-                for w, t, c in zip(self.workloads, self.last_tels, clean, strict=True)
+                for w, t, c in zip(self.workloads, self.last_tels, clean_tels, strict=True)
                 if c.ok and (not t.ok or t.out_tok_per_s < THROUGHPUT_FLOOR * c.out_tok_per_s)]
-        guards = [GuardResult("throughput", not slow, f"below {THROUGHPUT_FLOOR:.0%} of the clean engine: {slow}"
-                              if slow else "")]
+        guards.append(GuardResult("throughput", not slow, f"below {THROUGHPUT_FLOOR:.0%} of the clean engine: {slow}"
+                                  if slow else ""))
         for c in check_workspace(files, self.sandbox_backend, self.model.name, self.hardware.name, fresh=True):
             guards.append(GuardResult(f"hidden: {c.name}", c.ok, c.reason))
         return guards

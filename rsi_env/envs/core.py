@@ -1,60 +1,69 @@
-"""`RsiEnv`: the one environment class; a `Task` (data) says what each `RSI/*` id is about.
+"""`RsiEnv`: the one environment class, a template; a `Task` (data) says what each `RSI/*` id is about.
 
 The env is a front end: it keeps the episode's workspace and configuration, turns the action dict
 of docs/architecture.md into flag changes, edits, shell commands, measurements and a submission, and asks a
 tier to measure. Bad actions never end an episode: they come back as text in the observation.
 Nothing the agent leaves in the workspace is trusted: files are read and written through
 `rsi_env.engine.safe_io` (no link followed, nothing that blocks, bounded sizes, YAML without aliases).
+
+This module is the lifecycle: reset, step, bench, submit, budget, rewards, promotion and replay, the
+same for every family. What an action does is `rsi_env.envs.acting`; what the agent sees,
+`rsi_env.envs.observation`. A family supplies only what differs (see "The template" in `RsiEnv`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
-import string
 import uuid
 import warnings
 import weakref
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
-import numpy as np
 import yaml
-from gymnasium import spaces
+from gymnasium.utils import RecordConstructorArgs
 
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
-from rsi_env.engine.safe_io import ECHO_MAX, load_yaml, shorten
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.engine.workload import Arrival, Workload, load_workload
-from rsi_env.envs.actions import BENCH, EDIT, FLAG, KIND_NAMES, SHELL, SUBMIT, check_action
+from rsi_env.engine.tier import Tier
+from rsi_env.engine.workload import SLO, Arrival, Workload, load_workload
+from rsi_env.envs.acting import Acting
+from rsi_env.envs.actions import BENCH, EDIT, FLAG, KIND_NAMES, SHELL, SUBMIT
 from rsi_env.envs.measure import get_tier
+from rsi_env.envs.observation import OBS_FIELDS, Observing, action_space, clean, observation_space
 from rsi_env.envs.promotion import Promoter
-from rsi_env.errors import ActionError, InvalidConfigError, RsiEnvError, WorkloadError, YamlError
+from rsi_env.errors import ActionError, RsiEnvError, WorkloadError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
-from rsi_env.reward.guards import Verdict
-from rsi_env.sandbox import EditError, ShellResult, Workspace
+from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.sandbox import Workspace
 from rsi_env.sandbox.deadline import ACTION_TIMEOUT_S, action_deadline
 from rsi_env.sandbox.episode import EpisodeSandbox, resolve_backend
 from rsi_env.sandbox.local import UNCONTAINED
-from rsi_env.sandbox.profile import Profile
 from rsi_env.store.cost import CostMeter
 from rsi_env.store.record import record_episode, recording
 
-__all__ = ["RsiEnv", "KIND_NAMES", "OBS_FIELDS"]
+__all__ = ["KIND_NAMES", "OBS_FIELDS", "Measurement", "RsiEnv", "engine_kwargs"]
 
-OBS_FIELDS = ("out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
-              "num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak", "mean_batch_size",
-              "cost_per_mtok_usd")
-_RATIO = {"out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
-          "mean_batch_size", "cost_per_mtok_usd"}
-TEXT_MAX = 2048
-CHARSET = string.printable
-_TEXT_FIELD_MAX = 8192
-_OBS_HIGH = 1e3
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one measurement of the agent's work gives the template: its score, what it cost, what the agent reads.
+
+    ``score`` is the continuous reward's measure (``-inf`` where it failed); ``device_s`` the device-seconds
+    the measurement charges; ``report`` the text the observation shows of it.
+    """
+
+    score: float
+    device_s: float
+    report: str
 
 
 class _Held:
@@ -77,13 +86,14 @@ class _Held:
             self.workspace = None
 
 
-def _clean(text: str) -> str:
-    """Text fit for the observation space: printable ASCII, at most TEXT_MAX characters."""
-    s = "".join(c if c in CHARSET else "?" for c in text)
-    return s if len(s) <= TEXT_MAX else s[: TEXT_MAX - 15] + "\n...[truncated]"
+def engine_kwargs(**given: Any) -> dict[str, Any]:
+    """`RsiEnv`'s constructor arguments with their defaults, ``given`` over them (what ``state()`` records)."""
+    params = inspect.signature(RsiEnv.__init__).parameters
+    out = {k: p.default for k, p in params.items() if p.kind is p.KEYWORD_ONLY and k != "render_mode"}
+    return {**out, **{k: v for k, v in given.items() if k != "render_mode"}}
 
 
-class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
+class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordConstructorArgs):
     """Base class of every `RSI/*` environment; subclasses carry the task id and their spec sheet.
 
     The sections every ``RSI/*`` env shares:
@@ -132,6 +142,19 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     measurement budget is spent), ``flag_mask`` (precision flags the task fixes are masked), and
     ``text`` (the last command's output, error or verdict). A task with no engine flags keeps one
     ``flag``/``config``/``flag_mask`` slot, always 0, and masks flag actions.
+
+    ## The template
+
+    The base owns the lifecycle: reset, step, dispatch, the budget, rewards, promotion and replay. A
+    family overrides only hooks: `_measure` (one measurement of the agent's work, a `Measurement`) and
+    `_guards` (submit's guards: the base's, with the family's added or dropped); where it needs them,
+    `_make_tier` (the tier its measurements run on), `_begin_episode` / `_workspace_files` /
+    `_after_baseline` (what a reset draws, writes and reads), `_code_state` (what of the agent's code
+    is measured), `_verifying` (what submit's clean start turns off), `_verify_charge` and
+    `_verdict_score`. Class attributes say the rest: ``measures_engine`` (False: no workloads, flags or
+    baseline measurement), ``bench_at_submit`` (a stale submission is benched, paid, before it is
+    judged) and ``verify_again`` (a submission already measured is measured once more, from a clean
+    start, before it is judged).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}  # one text frame per step
@@ -146,6 +169,12 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     workload_dir: Path | None = None
     # What the observation's ``telemetry`` holds (a task measuring something else declares its own fields).
     telemetry_fields: tuple[str, ...] = OBS_FIELDS
+    # False for a task that measures no engine: its reset writes no workloads or serving.yaml, measures nothing.
+    measures_engine: bool = True
+    # A submission not measured as it stands is benched first (paid, if the budget allows).
+    bench_at_submit: bool = True
+    # A submission already measured is measured again from a clean start (`_verifying`), unpaid, before it is judged.
+    verify_again: bool = False
 
     def __init__(self, task: Task | str | None = None, *, tier: str = "sim", model: str | None = None,
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
@@ -154,6 +183,12 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                  shell_timeout_s: float = 10.0, promote_on_submit: bool = False,
                  warm_start: bool | dict[str, Any] = False, sandbox: str = "auto",
                  render_mode: str | None = None) -> None:
+        # What a replay passes back (a family that records its own arguments has done so already: the first wins).
+        RecordConstructorArgs.__init__(
+            self, tier=tier, model=model, hardware=hardware, workloads=workloads, max_steps=max_steps,
+            auto_bench=auto_bench, seed=seed, engine_version=engine_version, num_gpus=num_gpus, allow_fp8=allow_fp8,
+            max_measurements=max_measurements, shell_timeout_s=shell_timeout_s,
+            promote_on_submit=promote_on_submit, warm_start=warm_start, sandbox=sandbox)
         self._held = _Held()
         weakref.finalize(self, self._held.close)  # an env dropped without close() leaves no workspace behind
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
@@ -177,12 +212,6 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         # The step's budget for running the agent's code (`rsi_env.sandbox.deadline`): a hanging workspace
         # costs a step seconds, never the sum of every run's own timeout.
         self.action_timeout_s: float | None = ACTION_TIMEOUT_S
-        self.kwargs = {"tier": tier, "model": model, "hardware": hardware, "workloads": workloads,
-                       "max_steps": max_steps, "auto_bench": auto_bench, "seed": seed,
-                       "engine_version": engine_version, "num_gpus": num_gpus, "allow_fp8": allow_fp8,
-                       "max_measurements": max_measurements,
-                       "shell_timeout_s": shell_timeout_s, "promote_on_submit": promote_on_submit,
-                       "warm_start": warm_start, "sandbox": sandbox}
         self.warm_start = warm_start
         self.tier_name = tier
         if promote_on_submit and tier != "sim":
@@ -190,12 +219,12 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if promote_on_submit and not self.promotable:
             raise RsiEnvError(f"{self.task.id} cannot be promoted: the real tier does not run what its agent edits")
         self.promoter = Promoter() if promote_on_submit else None
-        self.tier = get_tier(tier, engine_version)
+        self.tier: Tier = self._make_tier(tier, engine_version)
         self.model = load_model(model or t.default_model)
         self.hardware = load_hardware(hardware or t.default_hardware)
         self.workload_names = tuple(workloads or t.workloads)
         self.max_steps = int(max_steps or t.max_steps)
-        self.auto_bench = (tier == "sim") if auto_bench is None else bool(auto_bench)
+        self.auto_bench = (self.tier.name == "sim") if auto_bench is None else bool(auto_bench)
         self.default_seed = seed
         self.num_gpus = int(num_gpus or t.num_gpus)
         self.render_mode = render_mode
@@ -203,25 +232,15 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._base_workloads = [self._task_workload(n) for n in self.workload_names]
         self.rewards = default_rewards(t.cost_per_gpu_second)
         n = max(len(self.flag_names), 1)  # a task with no engine flags keeps one slot, always masked
-        self.action_space = spaces.Dict({
-            "kind": spaces.Discrete(len(KIND_NAMES)),
-            "flag": spaces.Discrete(n),
-            "value": spaces.Box(0.0, 1.0, shape=(), dtype=np.float32),
-            "path": spaces.Text(256, charset=CHARSET),
-            "old": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
-            "new": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
-            "command": spaces.Text(1024, charset=CHARSET),
-        })
-        self.observation_space = spaces.Dict({
-            "telemetry": spaces.Box(0.0, _OBS_HIGH, shape=(len(self.telemetry_fields),), dtype=np.float32),
-            "config": spaces.Box(0.0, 1.0, shape=(n,), dtype=np.float32),
-            "budget": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
-            "action_mask": spaces.MultiBinary(len(KIND_NAMES)),
-            "flag_mask": spaces.MultiBinary(n),
-            "text": spaces.Text(TEXT_MAX, min_length=0, charset=CHARSET),
-        })
+        self.action_space = action_space(n)
+        self.observation_space = observation_space(n, len(self.telemetry_fields))
         self.workspace = None
         self._reset_state()
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The constructor arguments a replay passes back (`RecordConstructorArgs`)."""
+        return self._saved_kwargs
 
     @property
     def workspace(self) -> Workspace | None:
@@ -234,7 +253,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     @property
     def episode_sandbox(self) -> EpisodeSandbox | None:
-        """A code task's sandbox over the workspace, for this episode (None on flag tasks)."""
+        """The episode's sandbox over the workspace, where the agent's shell commands run (None without one)."""
         return self._held.sandbox
 
     @episode_sandbox.setter
@@ -242,14 +261,16 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._held.sandbox = sb
 
     # ---- setup ------------------------------------------------------------------------------------
+    def _make_tier(self, tier: str, engine_version: str) -> Tier:
+        """The tier this env measures on: the process's shared one for ``tier`` (a code task wraps its own)."""
+        return get_tier(tier, engine_version)
+
     def _task_workload(self, name: str) -> Workload:
         local = None if self.workload_dir is None else self.workload_dir / f"{name}.yaml"
         w = load_workload(str(local) if local is not None and local.is_file() else name)
         if self.task.load:
             w = replace(w, arrival=Arrival.parse(self.task.load))
         if self.task.slo:
-            from rsi_env.engine.workload import SLO
-
             w = replace(w, slo=SLO.parse(self.task.slo))
         return w
 
@@ -259,9 +280,12 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.steps = 0
         self.measurements = 0
         self.best_score = 0.0
+        self.base_tels: list[Telemetry] = []
+        self.workloads: list[Workload] = []
         self.last_score: float | None = None
         self.last_tels: list[Telemetry] = []
-        self.measured_config: EngineConfig | None = None
+        self.measured_config: EngineConfig | None = None  # the configuration, and the code, last measured
+        self._measured_code: object = None
         self.text = ""
         self.actions: list[dict[str, Any]] = []
         self.reward_log: list[float] = []
@@ -284,7 +308,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return int(seed if seed is not None else (self.default_seed if self.default_seed is not None else 0))
 
     def _new_episode(self, seed: int | None) -> None:
-        """Record and close the last episode; a fresh state, seed, rewards, workspace (and sandbox, if sandboxed)."""
+        """Record and close the last episode; a fresh state, seed, rewards, workspace and sandbox."""
         super().reset(seed=seed)
         self._close_episode()
         self._reset_state()
@@ -306,6 +330,45 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self.workspace.close()
             self.workspace = None
 
+    # ---- the family's hooks ---------------------------------------------------------------------------
+    def _begin_episode(self, seed: int) -> None:
+        """Draw what this episode is about from its seed, before its workspace is written (a bug, a feature)."""
+
+    def _workspace_files(self) -> dict[str, str]:
+        """The family's files of a fresh workspace, beside serving.yaml, the workloads and TASK.md."""
+        return {}
+
+    def _after_baseline(self) -> None:
+        """What a reset reads once the baseline is measured (a code task's starting checks, say)."""
+
+    def _measure(self, verify: bool) -> Measurement:
+        """Measure the configuration (and the agent's code) as it stands; ``verify``: for a submission's verdict."""
+        tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+        self.cost.add(self.tier_name, tels, self.config, self.hardware)
+        self.last_tels = tels
+        gpu_s = sum(t.duration_s * max(1, self.config.num_gpus) for t in tels if t.ok)
+        return Measurement(score(tels, self.base_tels, self.task), gpu_s, self._tel_text(tels))
+
+    @contextlib.contextmanager
+    def _verifying(self) -> Iterator[None]:
+        """The span of a submission's verification: a family turns its caches off here (a clean start)."""
+        yield
+
+    def _verify_charge(self, m: Measurement, stale: bool) -> float:
+        """The device-seconds submit's verification charges: paid where the submission was not measured yet."""
+        return m.device_s if stale else 0.0
+
+    def _guards(self) -> list[GuardResult]:
+        """Submit's guards (`rsi_env.reward.guards.check_submission`); a family adds or drops its own."""
+        seen = [self._seen_workload(w) for w in self.workloads]
+        s = self.last_score if self.last_score is not None else -math.inf
+        return list(check_submission(self.task, self.config, self.baseline_config, self.last_tels, self.workloads,
+                                     seen, s).guards)
+
+    def _verdict_score(self) -> float:
+        """The score a verdict carries: the submission's last measured score."""
+        return self.last_score if self.last_score is not None else -math.inf
+
     # ---- Gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -317,20 +380,27 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def _reset(self, seed: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
         self._new_episode(seed)
-        assert self.workspace is not None
-        for w in self.workloads:
-            self.workspace.write(f"workloads/{w.name}.yaml", yaml.safe_dump(w.to_dict(), sort_keys=False))
-        if self.warm_start is not False:
-            self._apply_warm_start()
-        self.config_at_reset = self.config.to_dict(only_set=True)
-        self._write_serving()
+        assert self.workspace is not None and self.episode_seed is not None
+        self._begin_episode(self.episode_seed)
+        if self.measures_engine:
+            for w in self.workloads:
+                self.workspace.write(f"workloads/{w.name}.yaml", yaml.safe_dump(w.to_dict(), sort_keys=False))
+            if self.warm_start is not False:
+                self._apply_warm_start()
+            self.config_at_reset = self.config.to_dict(only_set=True)
+            self._write_serving()
         self.workspace.write("TASK.md", self._task_text())
-        with self._recording():
-            self.base_tels = self.tier.measure_all(self.baseline_config, self.model, self.hardware, self.workloads)
-        self.cost.add(self.tier_name, self.base_tels, self.baseline_config, self.hardware)
-        self.last_tels = list(self.base_tels)
-        self.text = _clean(f"{self.task.id}: {self.task.summary}\nbaseline measured: "
-                           + self._tel_text(self.base_tels))
+        for rel, text in self._workspace_files().items():
+            self.workspace.write(rel, text)
+        self.text = clean(f"{self.task.id}: {self.task.summary}")
+        if self.measures_engine:
+            with self._recording():
+                self.base_tels = self.tier.measure_all(self.baseline_config, self.model, self.hardware,
+                                                       self.workloads)
+            self.cost.add(self.tier_name, self.base_tels, self.baseline_config, self.hardware)
+            self.last_tels = list(self.base_tels)
+            self.text = clean(f"{self.text}\nbaseline measured: {self._tel_text(self.base_tels)}")
+        self._after_baseline()
         info = self._info()
         if self.warm_start is not False:
             info["warm_start"] = self.warm_proposals
@@ -350,7 +420,7 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             act = self._normalise(action)
         except ActionError as exc:
             act = {"refused": str(exc)}  # what a replay gets: refused again, for the same reward (0)
-            self.text = _clean(f"error: action refused: {exc}")
+            self.text = clean(f"error: action refused: {exc}")
         self.actions.append(act)
         with action_deadline(self.action_timeout_s):
             events = [] if "refused" in act else self._act(act)
@@ -373,13 +443,13 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 elif kind == EDIT:
                     events += self._do_edit(act)
                 elif kind == SHELL:
-                    self.text = _clean(self._run_shell(act["command"]).summary())
+                    self.text = clean(self._run_shell(act["command"]).summary())
                 elif kind == BENCH:
                     events += self._do_bench(explicit=True)
                 elif kind == SUBMIT:
                     events += self._do_submit()
         except (RsiEnvError, ValueError) as exc:  # a bad action is reported, never fatal
-            self.text = _clean(f"error: {exc}")
+            self.text = clean(f"error: {exc}")
         return events
 
     def render(self) -> str | None:  # type: ignore[override]  # ansi mode renders text
@@ -390,154 +460,53 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def close(self) -> None:
         self._close_episode()
 
-    # ---- actions ----------------------------------------------------------------------------------
-    def sandbox_profile(self) -> Profile:
-        """What the agent's shell sees besides its workspace: the interpreter and the standard library here."""
-        return Profile()
-
-    def _run_shell(self, command: str) -> ShellResult:
-        """Run an agent's command in the episode's sandbox; refused, with the reason, where there is none."""
-        if self.episode_sandbox is None:
-            return ShellResult(None, "", error=f"refused: {self.no_sandbox}", backend=None)
-        return self.episode_sandbox.run(command, timeout_s=self.shell_timeout_s)
-
-    def _normalise(self, action: dict[str, Any]) -> dict[str, Any]:
-        """The action as plain values, every field given (`rsi_env.envs.actions`); `ActionError` naming a bad field."""
-        assert isinstance(self.action_space, spaces.Dict)
-        return check_action(action, self.action_space)
-
-    def flag_action(self, name: str, value: Any) -> dict[str, Any]:
-        """The action that sets ``name`` to ``value`` (nearest value on the flag's ladder)."""
-        if name not in self.flag_names:
-            raise RsiEnvError(f"flag {shorten(name)!r} is not tunable in {self.task.id}; "
-                              f"tunable: {list(self.flag_names)}")
-        ladder = self.task.ladder(name)
-        norm = tuple(tuple(v) if isinstance(v, list) else v for v in ladder)
-        target = tuple(value) if isinstance(value, list) else value
-        if target not in norm:
-            raise RsiEnvError(f"{name}={shorten(value)} is not on this task's ladder {list(ladder)}")
-        idx = norm.index(target)
-        pos = idx / (len(ladder) - 1) if len(ladder) > 1 else 0.0
-        return {"kind": FLAG, "flag": self.flag_names.index(name), "value": np.float32(pos)}
-
-    def _do_flag(self, act: dict[str, Any]) -> list[object]:
-        if not self.flag_names:
-            raise RsiEnvError(f"{self.task.id} has no engine flags: edit {', '.join(self.task.editable_files)} "
-                              "(kind 1) instead")
-        name = self.flag_names[act["flag"]]
-        ladder = self.task.ladder(name)
-        v = min(max(act["value"], 0.0), 1.0)
-        value = ladder[int(round(v * (len(ladder) - 1)))]
-        return self._set_config(self.config.replace(**{name: list(value) if isinstance(value, tuple) else value}),
-                                f"set {name} = {value}")
-
-    def fixed_flags(self) -> set[str]:
-        """Precision flags the agent may not change (the task does not allow fp8)."""
-        return set() if self.task.allow_fp8 else set(self.task.precision_flags)
-
-    def check_config(self, cfg: EngineConfig) -> None:
-        """Raise (`RsiEnvError`, with the reason) if this env would refuse ``cfg``: its own rules, then vLLM's."""
-        changed = [f for f in self.fixed_flags() if getattr(cfg, f) != getattr(self.baseline_config, f)]
-        if changed:
-            raise RsiEnvError(f"{changed} fixed: this task keeps the model's precision (allow_fp8=False)")
-        self._check_gpus(cfg)
-        cfg.resolve(self.model, self.hardware, self.tier.engine_version)
-
-    def _set_config(self, cfg: EngineConfig, what: str) -> list[object]:
-        self.check_config(cfg)  # refusals come before any change
-        self.config = cfg
-        self._write_serving()
-        self.text = _clean(what)
-        return self._do_bench(explicit=False) if self.auto_bench else []
-
-    def _check_gpus(self, cfg: EngineConfig) -> None:
-        used = cfg.num_gpus
-        if used > self.num_gpus:
-            raise InvalidConfigError("tensor_parallel_size*pipeline_parallel_size*data_parallel_size", used,
-                                     f"at most num_gpus={self.num_gpus}")
-
-    def _code_state(self) -> object:
-        """What a code task measures of the agent's code (its text, a hash); an edit that changes it auto-benches."""
-        return None
-
-    def _do_edit(self, act: dict[str, Any]) -> list[object]:
-        before = self._code_state()
-        events = self._edit(act)
-        if self.auto_bench and self._code_state() != before:
-            events += self._do_bench(explicit=False)
-        return events
-
-    def _edit(self, act: dict[str, Any]) -> list[object]:
-        """Apply an edit; an edit of ``serving.yaml`` changes the configuration (and auto-benches, if on)."""
-        assert self.workspace is not None
-        try:
-            rel = self.workspace.edit(act["path"], act["old"], act["new"])
-        except EditError as exc:
-            self.text = _clean(str(exc))
-            return []
-        if rel != "serving.yaml":
-            self.text = _clean(f"edited {rel}")
-            return []
-        try:
-            raw = load_yaml(self.workspace.read("serving.yaml")) or {}
-            if not isinstance(raw, dict):
-                raise RsiEnvError("serving.yaml must be a mapping of flag: value")
-            foreign = [k for k in raw if k not in self.flag_names]
-            if foreign:
-                raise RsiEnvError(f"flags {shorten(foreign)} are not tunable in {self.task.id}; "
-                                  f"tunable: {list(self.flag_names)}")
-            cfg = EngineConfig.from_dict({**self.baseline_config.to_dict(), **raw})
-            return self._set_config(cfg, f"serving.yaml applied: {shorten(raw, TEXT_MAX)}")
-        except (YamlError, RsiEnvError, ValueError, TypeError) as exc:  # TypeError: a value of no flag's type
-            self._write_serving()  # the file goes back to the configuration in force
-            self.text = _clean(f"serving.yaml refused ({shorten(str(exc), 5 * ECHO_MAX)}); "
-                               "restored the configuration in force")
-            return []
-
+    # ---- bench and submit -------------------------------------------------------------------------
     def _take_measurement(self) -> bool:
         """Count a measurement against the budget; False (and the text says so) once the budget is spent."""
         if self.measurements >= self.task.max_measurements:
-            self.text = _clean(self.text + f"\nno measurement: the budget of {self.task.max_measurements} is spent")
+            self.text = clean(self.text + f"\nno measurement: the budget of {self.task.max_measurements} is spent")
             return False
         self.measurements += 1
         return True
 
+    def _stale(self) -> bool:
+        """Whether the configuration or the agent's code changed since the last measurement."""
+        return self.measured_config != self.config or self._measured_code != self._code_state()
+
     def _do_bench(self, explicit: bool) -> list[object]:
         if not self._take_measurement():
             return []
-        tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
-        self.cost.add(self.tier_name, tels, self.config, self.hardware)
-        self.last_tels = tels
-        self.measured_config = self.config
-        s = score(tels, self.base_tels, self.task)
-        self.last_score = s
-        if math.isfinite(s):
-            self.best_score = max(self.best_score, s)
-        gpu_s = sum(t.duration_s * max(1, self.config.num_gpus) for t in tels if t.ok)
+        self.measured_config, self._measured_code = self.config, self._code_state()
+        m = self._measure(verify=False)
+        self.last_score = m.score
+        if math.isfinite(m.score):
+            self.best_score = max(self.best_score, m.score)
         head = "measured" if explicit else "auto-bench"
-        self.text = _clean(f"{self.text}\n{head}: score {s:+.4f} (best {self.best_score:+.4f}); "
-                           + self._tel_text(tels))
-        return [MeasureEvent(s, gpu_s)]
+        self.text = clean(f"{self.text}\n{head}: score {m.score:+.4f} (best {self.best_score:+.4f}); {m.report}")
+        return [MeasureEvent(m.score, m.device_s)]
 
     def _do_submit(self) -> list[object]:
+        """Judge the submission as it stands: measured (a stale one benched first), then its guards."""
         assert self.workspace is not None
         events: list[object] = []
-        if self.measured_config != self.config:
-            events += self._do_bench(explicit=True)
-            if self.measured_config != self.config:  # the budget was spent: verify anyway, charged, never paid
-                self.last_tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
-                self.cost.add(self.tier_name, self.last_tels, self.config, self.hardware)
-                self.last_score = score(self.last_tels, self.base_tels, self.task)
-                gpu_s = sum(t.duration_s * self.config.num_gpus for t in self.last_tels if t.ok)
-                events.append(MeasureEvent(-math.inf, gpu_s))
-        seen = [self._seen_workload(w) for w in self.workloads]
-        s = self.last_score if self.last_score is not None else -math.inf
-        self.verdict = check_submission(self.task, self.config, self.baseline_config, self.last_tels,
-                                        self.workloads, seen, s)
+        verified: Measurement | None = None
+        with self._verifying():
+            stale = self._stale()
+            if stale and self.bench_at_submit:
+                events += self._do_bench(explicit=True)
+            still = self._stale()  # the budget was spent: verified anyway, charged, never paid
+            if still or (self.verify_again and not (stale and not still)):
+                verified = self._measure(verify=True)
+                self.last_score = verified.score
+                charge = self._verify_charge(verified, still)
+                if charge:
+                    events.append(MeasureEvent(-math.inf, charge))
+            guards = self._guards()
+        self.verdict = Verdict(all(g.ok for g in guards), self._verdict_score(), tuple(guards))
         self.done = True
-        self.text = _clean(self.verdict.summary())
+        self.text = clean(self.verdict.summary() + ("" if verified is None else "\n" + verified.report))
         if self.promoter is not None:
-            self.verdict = self._promote(seen, self.verdict)
+            self.verdict = self._promote(self.verdict)
         return events + [SubmitEvent(self.verdict)]
 
     def _seen_workload(self, w: Workload) -> Workload | None:
@@ -548,10 +517,11 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         except (WorkloadError, ValueError, TypeError, KeyError, AttributeError):  # any malformed content: tampered
             return None
 
-    def _promote(self, seen: list[Workload | None], sim_verdict: Verdict) -> Verdict:
+    def _promote(self, sim_verdict: Verdict) -> Verdict:
         """Measure the submitted configuration and the defaults on real; the verdict there (see promotion.py)."""
         assert self.promoter is not None
         p = self.promoter
+        seen = [self._seen_workload(w) for w in self.workloads]
         fresh = not p.has_baseline(self.baseline_config, self.model, self.hardware, self.workloads)
         base = p.baseline(self.baseline_config, self.model, self.hardware, self.workloads)
         real = base if self.config == self.baseline_config else p.measure(self.config, self.model, self.hardware,
@@ -562,79 +532,11 @@ class RsiEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                                    rs, outputs)
         gpu_s = (base.gpu_s if fresh else 0.0) + (real.gpu_s if real is not base else 0.0)
         self.promotion = p.info(self.last_score, rs, sim_verdict.passed, real, base, outputs, gpu_s)
-        self.text = _clean(f"sim: {sim_verdict.summary()}\npromoted to real ({self._tel_text(real.tels)}):\n"
-                           + verdict.summary())
+        self.text = clean(f"sim: {sim_verdict.summary()}\npromoted to real ({self._tel_text(real.tels)}):\n"
+                          + verdict.summary())
         return verdict
 
-    # ---- observation --------------------------------------------------------------------------------
-    def _obs(self) -> dict[str, Any]:
-        n = max(len(self.flag_names), 1)
-        cfg = np.zeros(n, dtype=np.float32)
-        for k, f in enumerate(self.flag_names):
-            ladder = [tuple(v) if isinstance(v, list) else v for v in self.task.ladder(f)]
-            cur = getattr(self.config, f)
-            cfg[k] = ladder.index(cur) / max(len(ladder) - 1, 1) if cur in ladder else 0.0
-        budget = np.array([1.0 - self.steps / self.max_steps,
-                           1.0 - self.measurements / self.task.max_measurements], dtype=np.float32)
-        mask = np.ones(len(KIND_NAMES), dtype=np.int8)
-        mask[FLAG] = int(bool(self.flag_names))
-        mask[BENCH] = int(self.measurements < self.task.max_measurements)
-        flag_mask = np.zeros(n, dtype=np.int8)
-        fixed = self.fixed_flags()
-        for k, f in enumerate(self.flag_names):
-            flag_mask[k] = f not in fixed
-        return {"telemetry": np.clip(self._telemetry_obs(), 0.0, _OBS_HIGH), "config": np.clip(cfg, 0.0, 1.0),
-                "budget": np.clip(budget, 0.0, 1.0), "action_mask": mask, "flag_mask": flag_mask,
-                "text": _clean(self.text)}
-
-    def _telemetry_obs(self) -> np.ndarray:
-        """The observation's ``telemetry``, one value per `telemetry_fields` entry (here `OBS_FIELDS`)."""
-        tel = np.zeros(len(OBS_FIELDS), dtype=np.float32)
-        if self.last_tels and all(t.ok for t in self.last_tels):
-            for k, f in enumerate(OBS_FIELDS):
-                vals = []
-                for t, b in zip(self.last_tels, self.base_tels, strict=True):
-                    v, bv = float(getattr(t, f)), float(getattr(b, f))
-                    if f in _RATIO:
-                        vals.append(math.log(max(v, 1e-9) / max(bv, 1e-9)) if bv > 0 and v > 0 else 0.0)
-                    elif f == "num_preemptions":
-                        vals.append(math.log1p(v))
-                    else:
-                        vals.append(v)
-                x = float(np.mean(vals))
-                tel[k] = math.exp(x) if f in _RATIO else x
-        return tel
-
-    def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"task": self.task.id, "config": self.config.to_dict(only_set=True), "score": self.last_score,
-                "best_score": self.best_score, "measurements": self.measurements, "steps": self.steps,
-                "telemetry": [t.to_dict() for t in self.last_tels], "verdict": self._verdict_info(),
-                "promotion": self.promotion, "sandbox": self.sandbox_backend}
-        return info
-
-    def _verdict_info(self) -> dict[str, Any] | None:
-        """The submission's verdict as ``info`` shows it: passed, and each guard's result (None before submit)."""
-        v = self.verdict
-        return None if v is None else {"passed": v.passed, "guards": {g.name: g.ok for g in v.guards}}
-
-    def _tel_text(self, tels: list[Telemetry]) -> str:
-        parts = []
-        for w, t in zip(self.workloads, tels, strict=True):
-            if t.ok:
-                parts.append(f"{w.name}: {t.out_tok_per_s:.0f} tok/s, goodput {t.goodput_req_per_s:.2f} req/s, "
-                             f"TTFT p50 {t.ttft_p50 * 1e3:.0f} ms, TPOT p99 {t.tpot_p99 * 1e3:.1f} ms")
-            else:
-                parts.append(f"{w.name}: ERROR {t.error}")
-        return "; ".join(parts)
-
-    def _write_serving(self) -> None:
-        assert self.workspace is not None
-        r = self.config.to_dict()
-        lines = [f"# Engine flags of {self.task.id} (vLLM names). null = vLLM's default. Tunable here only."]
-        for f in self.flag_names:
-            lines.append(yaml.safe_dump({f: r[f]}, default_flow_style=True).strip().strip("{}"))
-        self.workspace.write("serving.yaml", "\n".join(lines) + "\n")
-
+    # ---- text -------------------------------------------------------------------------------------
     def _task_text(self) -> str:
         t = self.task
         return (f"# {t.id}\n\n{t.summary}\n\nModel {self.model.name} on {self.num_gpus} x {self.hardware.name}, "

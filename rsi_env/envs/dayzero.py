@@ -7,10 +7,13 @@ of its decoder layer (``block.py``), checked on tiny random weights against hidd
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import math
+from collections.abc import Iterator
 from typing import Any
+
+from gymnasium.utils import RecordConstructorArgs
 
 from rsi_env.dayzero.checks import (
     FEATURES,
@@ -29,10 +32,12 @@ from rsi_env.dayzero.checks import (
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.envs.core import RsiEnv, _clean
+from rsi_env.engine.tier import Tier
+from rsi_env.envs.core import Measurement, RsiEnv, engine_kwargs
+from rsi_env.envs.measure import get_tier
+from rsi_env.envs.observation import clean
 from rsi_env.errors import RsiEnvError
-from rsi_env.reward import MeasureEvent, SubmitEvent
-from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.reward.guards import GuardResult
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
@@ -125,7 +130,9 @@ class DayZeroEnv(RsiEnv):
     """
 
     task_id = "RSI/DayZero-v0"
+    promotable = False  # the real tier cannot serve a model the project could not read
     sandboxed = True
+    verify_again = True  # a submission already measured is loaded, served and checked once more
 
     def __init__(self, task: Task | str | None = None, *, feature: str | None = None, tier: str = "sim",
                  **kwargs: Any) -> None:
@@ -146,12 +153,14 @@ class DayZeroEnv(RsiEnv):
         self.templates = {f: (TEMPLATE_DIR / f).read_text() for f in (*SOURCES, VLLM_FILE)}
         self.base_fraction = 0.0
         self.checks: list[CheckResult] = []
-        self._measured_sources: str | None = None
         self._fresh = False  # while a submission is judged: nothing remembered is reused
-        super().__init__(base, tier="sim", **kwargs)
+        RecordConstructorArgs.__init__(self, **engine_kwargs(**kwargs, tier=tier), feature=feature)
+        super().__init__(base, tier=tier, **kwargs)
         self.model = self._template_spec()
-        self.tier_name = tier
-        self.kwargs.update({"tier": tier, "feature": feature})
+
+    def _make_tier(self, tier: str, engine_version: str) -> Tier:
+        """The sim tier on both tiers: vLLM cannot measure a model it cannot load yet (``real`` adds vLLM's check)."""
+        return get_tier("sim", engine_version)
 
     # ---- the workspace's model ---------------------------------------------------------------------
     def _configs(self) -> dict[str, dict[str, Any]]:
@@ -189,14 +198,13 @@ class DayZeroEnv(RsiEnv):
                 out[f] = ""
         return out
 
-    # ---- Gymnasium API --------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    # ---- the episode ------------------------------------------------------------------------------
+    def _begin_episode(self, seed: int) -> None:
         if self.fixed_feature is None:
-            self.feature = load_feature(FEATURES[self._seed_for(seed) % len(FEATURES)])
+            self.feature = load_feature(FEATURES[seed % len(FEATURES)])
         self.model = self._template_spec()
-        obs, info = super().reset(seed=seed, options=options)
-        assert self.workspace is not None
+
+    def _workspace_files(self) -> dict[str, str]:
         ref = reference_spec()
         files = {"config.json": json.dumps(self.feature.config, indent=2),
                  "tiny/config.json": json.dumps(self.feature.tiny, indent=2),
@@ -205,17 +213,17 @@ class DayZeroEnv(RsiEnv):
                  "block.py": self.templates["block.py"]}
         if self.real:
             files[VLLM_FILE] = self.templates[VLLM_FILE]
-        for rel, text in files.items():
-            self.workspace.write(rel, text)
+        return files
+
+    def _after_baseline(self) -> None:
+        """How many hidden checks the Llama templates pass: the fraction a score counts from."""
         self.checks = []
-        self._measured_sources = None
         base = check_workspace(self.templates["spec.py"], self.templates["block.py"], self.feature,
                                self.sandbox_backend)
         self.base_fraction = sum(r.ok for r in base) / num_checks(self.feature)
-        self.text = _clean(f"{self.text}\nfeature: {self.feature.name} ({self.feature.config['architectures'][0]}); "
-                           f"the Llama templates pass {sum(r.ok for r in base)}/{num_checks(self.feature)} "
-                           "hidden checks. Read TASK.md and MODEL.md.")
-        return self._obs(), self._info()
+        self.text = clean(f"{self.text}\nfeature: {self.feature.name} ({self.feature.config['architectures'][0]}); "
+                          f"the Llama templates pass {sum(r.ok for r in base)}/{num_checks(self.feature)} "
+                          "hidden checks. Read TASK.md and MODEL.md.")
 
     def _info(self) -> dict[str, Any]:
         return {**super()._info(), "feature": self.feature.name,
@@ -225,21 +233,18 @@ class DayZeroEnv(RsiEnv):
     def _code_state(self) -> str:
         return _sha(*self.sources().values())
 
-    def _do_bench(self, explicit: bool) -> list[object]:
-        if not self._take_measurement():
-            return []
+    def _measure(self, verify: bool) -> Measurement:
+        """Load, serve and check the sources: the score is the fraction of hidden checks passed, less the start's."""
         loaded = self._evaluate()
-        frac = sum(c.ok for c in self.checks) / num_checks(self.feature)
-        s = frac - self.base_fraction
-        self.last_score = s
-        self.best_score = max(self.best_score, s)
-        gpu_s = sum(t.duration_s for t in self.last_tels if t.ok)
+        passed = sum(c.ok for c in self.checks)
         failing = [f"{c.name}: {c.reason.splitlines()[-1] if c.reason else ''}"[:160] for c in self.checks if not c.ok]
-        head = "measured" if explicit else "auto-bench"
-        self.text = _clean(f"{self.text}\n{head}: {loaded}; {self._tel_text(self.last_tels)}\nhidden checks: "
-                           f"{sum(c.ok for c in self.checks)}/{num_checks(self.feature)} pass"
-                           + ("; failing: " + " | ".join(failing[:6]) if failing else ""))
-        return [MeasureEvent(s, gpu_s)]
+        report = (f"{loaded}; {self._tel_text(self.last_tels)}\nhidden checks: {passed}/{num_checks(self.feature)} "
+                  "pass" + ("; failing: " + " | ".join(failing[:6]) if failing else ""))
+        return Measurement(self._fraction() - self.base_fraction,
+                           sum(t.duration_s for t in self.last_tels if t.ok), report)
+
+    def _fraction(self) -> float:
+        return sum(c.ok for c in self.checks) / num_checks(self.feature)
 
     def _evaluate(self) -> str:
         """Load, serve and check the workspace's sources as they are now; the loader's summary."""
@@ -254,36 +259,35 @@ class DayZeroEnv(RsiEnv):
             loaded = f"loader: {exc}"
             tels = [Telemetry.failed(f"loader: {str(exc)[:200]}") for _ in self.workloads]
         self.last_tels = tels
-        self.measured_config = self.config
-        self._measured_sources = _sha(*src.values())
         self.checks = check_workspace(src["spec.py"], src["block.py"], self.feature, self.sandbox_backend, self._fresh)
         return loaded
 
-    def _do_submit(self) -> list[object]:
-        """Judge the editable files from a clean start: loaded, served and checked anew, nothing remembered."""
-        events: list[object] = []
+    @contextlib.contextmanager
+    def _verifying(self) -> Iterator[None]:
+        """A submission is judged from a clean start: loaded, served and checked anew, nothing remembered."""
         self._fresh = True
         try:
-            before = self.measurements
-            if self._measured_sources != self._code_state() or self.measured_config != self.config:
-                events += self._do_bench(explicit=True)  # a change not measured yet: paid as any bench
-            if self.measurements == before:  # measured before, or the budget is spent: judged anew, unpaid
-                self._evaluate()
-            guards = [GuardResult(f"hidden {c.name}", c.ok, c.reason) for c in self.checks]
-            missing = num_checks(self.feature) - len(self.checks)
-            if missing > 0:
-                guards.append(GuardResult("hidden checks run", False, f"{missing} checks could not run (see above)"))
-            errs = [f"{w.name}: {t.error}" for w, t in zip(self.workloads, self.last_tels, strict=True) if not t.ok]
-            guards.append(GuardResult("sim tier serves the loaded model", not errs, "; ".join(errs)))
-            if self.real:
-                guards.append(self._real_guard(all(g.ok for g in guards)))
+            yield
         finally:
             self._fresh = False
-        frac = sum(c.ok for c in self.checks) / num_checks(self.feature)
-        self.verdict = Verdict(all(g.ok for g in guards), frac if math.isfinite(frac) else 0.0, tuple(guards))
-        self.done = True
-        self.text = _clean(self.verdict.summary())
-        return events + [SubmitEvent(self.verdict)]
+
+    def _verify_charge(self, m: Measurement, stale: bool) -> float:
+        return 0.0  # judged anew unpaid, whether measured before or the budget is spent
+
+    def _guards(self) -> list[GuardResult]:
+        """Every hidden check, the sim tier serving the loaded model, and vLLM's check on the real tier."""
+        guards = [GuardResult(f"hidden {c.name}", c.ok, c.reason) for c in self.checks]
+        missing = num_checks(self.feature) - len(self.checks)
+        if missing > 0:
+            guards.append(GuardResult("hidden checks run", False, f"{missing} checks could not run (see above)"))
+        errs = [f"{w.name}: {t.error}" for w, t in zip(self.workloads, self.last_tels, strict=True) if not t.ok]
+        guards.append(GuardResult("sim tier serves the loaded model", not errs, "; ".join(errs)))
+        if self.real:
+            guards.append(self._real_guard(all(g.ok for g in guards)))
+        return guards
+
+    def _verdict_score(self) -> float:
+        return self._fraction()
 
     def _real_guard(self, sim_passed: bool) -> GuardResult:
         """vLLM runs the workspace's model class and agrees with the reference (only worth it once the rest passes)."""

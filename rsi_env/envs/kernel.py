@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+from gymnasium.utils import RecordConstructorArgs
 
 from rsi_env.engine.model import load_model
 from rsi_env.engine.task import Task, load_task
-from rsi_env.envs.core import RsiEnv, _clean
-from rsi_env.envs.kernel_tier import HARNESS_TIMEOUT_S, KERNEL_DIR, KernelResult, kernel_profile, measure_kernel
+from rsi_env.engine.tier import Tier
+from rsi_env.envs.core import Measurement, RsiEnv
+from rsi_env.envs.kernel_tier import HARNESS_TIMEOUT_S, KERNEL_DIR, KernelResult, KernelTier, kernel_profile
+from rsi_env.envs.observation import clean
 from rsi_env.errors import RsiEnvError
-from rsi_env.reward import MeasureEvent, SubmitEvent
-from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.reward.guards import GuardResult
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
 
@@ -114,6 +115,9 @@ class KernelEnv(RsiEnv):
     task_id = "RSI/Kernel-v0"
     promotable = False  # no engine configuration to promote
     sandboxed = True
+    measures_engine = False  # no workloads, no engine flags: a reset measures nothing
+    bench_at_submit = False  # submit measures on its own seeds, which no bench has used
+    verify_again = True
     telemetry_fields = KERNEL_FIELDS
 
     def __init__(self, task: Task | str | None = None, *, op: str = "rms_norm_residual", tier: str = "sim",
@@ -129,23 +133,28 @@ class KernelEnv(RsiEnv):
             raise RsiEnvError(f"unknown tier {tier!r}: use 'sim' (CPU timing) or 'real' (CUDA)")
         if tier == "real":
             _require_cuda()
-        super().__init__(base, tier=tier, model=model, max_steps=max_steps, auto_bench=bool(auto_bench), seed=seed,
-                         max_measurements=max_measurements or None, shell_timeout_s=shell_timeout_s, sandbox=sandbox,
-                         render_mode=render_mode)
         # The arguments a replay passes back (RsiEnv's engine arguments are not this env's).
-        self.kwargs = {"op": op, "tier": tier, "model": model, "max_steps": max_steps, "auto_bench": auto_bench,
-                       "seed": seed, "max_measurements": max_measurements, "min_speedup": min_speedup,
-                       "sandbox": sandbox, "shell_timeout_s": shell_timeout_s}
+        RecordConstructorArgs.__init__(self, op=op, tier=tier, model=model, max_steps=max_steps,
+                                       auto_bench=auto_bench, seed=seed, max_measurements=max_measurements,
+                                       min_speedup=min_speedup, sandbox=sandbox, shell_timeout_s=shell_timeout_s)
         self.op = op
         self.device = "cuda" if tier == "real" else "cpu"
-        if self.device == "cuda":  # a GPU kernel's first call compiles it: the harness's own timeout is the step's
-            self.action_timeout_s = HARNESS_TIMEOUT_S
-        self.model_name = model or self.task.default_model
+        self.model_name = model or base.default_model
         self.sizes = model_sizes(self.model_name)
-        self.min_speedup = float(min_speedup if min_speedup is not None else 1.0 + self.task.improvement_threshold)
         self.template = (KERNEL_DIR / "templates" / f"{op}.py").read_text()
         self.start: KernelResult | None = None
         self.last: KernelResult | None = None
+        self._submit_start: KernelResult | None = None  # the starting kernel on the submission's seeds
+        super().__init__(base, tier=tier, model=model, max_steps=max_steps, auto_bench=bool(auto_bench), seed=seed,
+                         max_measurements=max_measurements or None, shell_timeout_s=shell_timeout_s, sandbox=sandbox,
+                         render_mode=render_mode)
+        if self.device == "cuda":  # a GPU kernel's first call compiles it: the harness's own timeout is the step's
+            self.action_timeout_s = HARNESS_TIMEOUT_S
+        self.min_speedup = float(min_speedup if min_speedup is not None else 1.0 + self.task.improvement_threshold)
+
+    def _make_tier(self, tier: str, engine_version: str) -> Tier:
+        self.kernel_tier = KernelTier(self.op, self.sizes, self.device, self.sandbox_backend, TIMED_SHAPES)
+        return self.kernel_tier
 
     # ---- measuring ----------------------------------------------------------------------------------
     def seeds(self, submit: bool = False) -> list[int]:
@@ -155,8 +164,7 @@ class KernelEnv(RsiEnv):
 
     def measure(self, source: str, submit: bool = False) -> KernelResult:
         """Check and time ``source`` on this episode's seeds, in a fresh sandbox."""
-        return measure_kernel(source, self.op, self.seeds(submit), self.sizes, device=self.device,
-                              timed_shapes=TIMED_SHAPES, backend=self.sandbox_backend)
+        return self.kernel_tier.measure(source, self.seeds(submit))
 
     def _episode_extra(self) -> dict[str, Any]:
         return {"op": self.op, "model": self.model_name, "tier": self.tier_name, "device": self.device}
@@ -169,17 +177,16 @@ class KernelEnv(RsiEnv):
         assert self.workspace is not None
         return self.workspace.read(KERNEL_FILE)
 
-    # ---- Gymnasium API --------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._new_episode(seed)  # not RsiEnv.reset: there are no workloads or engine flags to measure or write
-        assert self.workspace is not None
-        self.workspace.write(KERNEL_FILE, self.template)
-        self.workspace.write("TASK.md", self._task_text())
-        self.start = self.last = None  # measured with the first bench: a reset costs no measurement
-        self.text = _clean(f"{self.task.id} ({self.op}, tier {self.tier_name}): {self.task.summary}\n"
-                           f"{KERNEL_FILE} holds the starting kernel; its docstring states the contract.")
-        return self._obs(), self._info()
+    # ---- the episode ------------------------------------------------------------------------------------
+    def _begin_episode(self, seed: int) -> None:
+        self.start = self.last = self._submit_start = None  # measured with the first bench: a reset costs none
+
+    def _workspace_files(self) -> dict[str, str]:
+        return {KERNEL_FILE: self.template}
+
+    def _after_baseline(self) -> None:
+        self.text = clean(f"{self.task.id} ({self.op}, tier {self.tier_name}): {self.task.summary}\n"
+                          f"{KERNEL_FILE} holds the starting kernel; its docstring states the contract.")
 
     # ---- actions ----------------------------------------------------------------------------------------
     def _code_state(self) -> str | None:
@@ -191,22 +198,20 @@ class KernelEnv(RsiEnv):
         except EditError:
             return None
 
-    def _do_bench(self, explicit: bool) -> list[object]:
-        if not self._take_measurement():
-            return []
+    def _measure(self, verify: bool) -> Measurement:
+        """The workspace's kernel on the benches' seeds (the starting kernel, too, the first time), or on submit's."""
+        if verify:
+            result = self._measure_workspace(submit=True)
+            # The starting kernel is timed on the same sets only where there is a speedup to compare with it.
+            self._submit_start = self.measure(self.template, submit=True) if result.ok else None
+            self.last = result
+            return Measurement(result.score, result.device_seconds, result.summary())
         if self.start is None:
             self.start = self.measure(self.template)
-        result = self._measure_workspace(submit=False)
-        self.last = result
-        s = result.score
-        self.last_score = s
-        if math.isfinite(s):
-            self.best_score = max(self.best_score, s)
-        head = "measured" if explicit else "auto-bench"
+        result = self.last = self._measure_workspace(submit=False)
         start = (f"starting kernel {self.start.speedup:.2f}x eager" if self.start.ok and self.start.speedup
                  else f"starting kernel not measured: {self.start.error}")
-        self.text = _clean(f"{head}: score {s:+.4f} (best {self.best_score:+.4f}; {start}); {result.summary()}")
-        return [MeasureEvent(s, result.device_seconds)]
+        return Measurement(result.score, result.device_seconds, f"{start}; {result.summary()}")
 
     def _measure_workspace(self, submit: bool) -> KernelResult:
         source = self._source()
@@ -215,20 +220,18 @@ class KernelEnv(RsiEnv):
                                              "edit (old='')")
         return self.measure(source, submit=submit)
 
-    def _do_submit(self) -> list[object]:
-        result = self._measure_workspace(submit=True)
-        # The starting kernel is timed on the same sets only where there is a speedup to compare with it.
-        start = self.measure(self.template, submit=True) if result.ok else None
-        self.last = result
+    def _verify_charge(self, m: Measurement, stale: bool) -> float:
+        return m.device_s  # the submission's own seeds: always a new measurement
+
+    def _guards(self) -> list[GuardResult]:
+        """Correct on the submission's fresh inputs, and ``min_speedup`` times the starting kernel on them."""
+        result, start = self.last, self._submit_start
+        assert result is not None
         gain = (result.speedup / start.speedup if start is not None and start.ok and start.speedup and result.speedup
                 else 0.0)
-        guards = (GuardResult("correct", result.correct, "" if result.correct else str(result.error)),
-                  GuardResult("speedup", result.ok and gain >= self.min_speedup,
-                              f"{gain:.2f}x the starting kernel vs required {self.min_speedup:.2f}x"))
-        self.verdict = Verdict(all(g.ok for g in guards), result.score, guards)
-        self.done = True
-        self.text = _clean(self.verdict.summary() + "\n" + result.summary())
-        return [MeasureEvent(-math.inf, result.device_seconds), SubmitEvent(self.verdict)]
+        return [GuardResult("correct", result.correct, "" if result.correct else str(result.error)),
+                GuardResult("speedup", result.ok and gain >= self.min_speedup,
+                            f"{gain:.2f}x the starting kernel vs required {self.min_speedup:.2f}x")]
 
     # ---- observation ------------------------------------------------------------------------------------
     def _telemetry_obs(self) -> np.ndarray:

@@ -17,10 +17,17 @@ import hashlib
 import json
 import math
 import secrets
-from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.hardware import HardwareSpec
+from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.tier import LRU
+from rsi_env.engine.workload import Workload
+from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
@@ -28,7 +35,7 @@ from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.signed import signed_body
 
-__all__ = ["KernelResult", "measure_kernel", "HARNESS_TIMEOUT_S"]
+__all__ = ["HARNESS_TIMEOUT_S", "KernelResult", "KernelTier", "measure_kernel"]
 
 KERNEL_DIR = CODE_DIR / "kernel"
 HARNESS_FILES = {"ops.py": KERNEL_DIR / "ops.py", "harness.py": KERNEL_DIR / "hidden" / "harness.py",
@@ -47,8 +54,7 @@ MAX_BLOCK_BYTES = {"cpu": 256 << 20, "cuda": 8 << 30}
 _LIMITS = {"cpu": Limits(cpu_s=240, memory_bytes=6 << 30, file_bytes=512 << 20, max_procs=64),
            # CUDA maps far more address space than it uses: no address-space cap on the GPU tier
            "cuda": Limits(cpu_s=600, memory_bytes=1 << 46, file_bytes=4 << 30, max_procs=256)}
-_CACHE: OrderedDict[str, KernelResult] = OrderedDict()
-_CACHE_SIZE = 256
+_CACHE: LRU[str, KernelResult] = LRU(256)
 
 
 @dataclass(frozen=True)
@@ -123,9 +129,9 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
                "timed_shapes": timed_shapes, "rounds": ROUNDS, "block_s": BLOCK_S[scale],
                "max_block_bytes": MAX_BLOCK_BYTES[scale], "roofline_slack": ROOFLINE_SLACK}
     key = hashlib.sha256(json.dumps([source, request, name, _harness_digest()], sort_keys=True).encode()).hexdigest()
-    if use_cache and key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
+    hit = _CACHE.get(key) if use_cache else None
+    if hit is not None:
+        return hit
     secret = secrets.token_hex(32)
     files: dict[str, str | bytes] = {rel: path.read_bytes() for rel, path in HARNESS_FILES.items()}
     files["kernel.py"] = source
@@ -145,9 +151,7 @@ def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int]
         result = _failed(f"{result.error}; the {name} sandbox binds the NVIDIA device files /dev/nvidia* that exist "
                          "on this machine: none were usable here", setup=True)
     if not result.setup_error:  # (a run that timed out returned above: its time says as much about the step)
-        _CACHE[key] = result
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        _CACHE.put(key, result)
     return result
 
 
@@ -172,3 +176,26 @@ def _parse(raw: bytes | None, secret: str, output: str) -> KernelResult:
                         checked=tuple(body.get("checked", ())), timings=tuple(body.get("timings", ())),
                         device_seconds=float(body.get("device_seconds", 0.0)),
                         peak_bytes_per_s=body.get("peak_bytes_per_s"))
+
+
+class KernelTier:
+    """The tier of RSI/Kernel-v0: `measure_kernel` on one op, the model's sizes, a device and a sandbox backend.
+
+    It measures kernels, not engine configurations: the task has no engine flags, and `measure_all`
+    refuses, saying so. ``name`` is the env's tier: ``sim`` times on the CPU, ``real`` on CUDA.
+    """
+
+    engine_version = "0.26"
+
+    def __init__(self, op: str, sizes: dict[str, int], device: str, backend: str, timed_shapes: int) -> None:
+        self.op, self.sizes, self.device, self.backend, self.timed_shapes = op, sizes, device, backend, timed_shapes
+        self.name = "real" if device == "cuda" else "sim"
+
+    def measure(self, source: str, seeds: list[int]) -> KernelResult:
+        """Check ``source`` on ``seeds`` and time it on the first ``timed_shapes`` of them, in a fresh sandbox."""
+        return measure_kernel(source, self.op, seeds, self.sizes, device=self.device, timed_shapes=self.timed_shapes,
+                              backend=self.backend)
+
+    def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
+                    workloads: Sequence[Workload]) -> list[Telemetry]:
+        raise RsiEnvError("RSI/Kernel-v0 measures kernels (KernelTier.measure), not engine configurations")

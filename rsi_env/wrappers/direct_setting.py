@@ -24,7 +24,7 @@ import yaml
 from gymnasium import spaces
 
 from rsi_env.engine.config import EngineConfig
-from rsi_env.envs.core import BENCH, EDIT, SUBMIT
+from rsi_env.envs.actions import BENCH, EDIT, SUBMIT
 from rsi_env.errors import InvalidConfigError
 from rsi_env.wrappers.ladders import free_flags, ladder, position, rsi_env_of
 from rsi_env.wrappers.masked import MaskedActions, StepResult

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rsi_env.envs.core import BENCH, SUBMIT
+from rsi_env.envs.actions import BENCH, SUBMIT
 from rsi_env.errors import InvalidConfigError
 from rsi_env.wrappers.ladders import config_at, free_flags, ladder, refusal, rsi_env_of, step_index
 from rsi_env.wrappers.masked import MaskedActions, StepResult

@@ -23,7 +23,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rsi_env.envs.core import FLAG, KIND_NAMES, TEXT_MAX, RsiEnv
+from rsi_env.envs.actions import FLAG, KIND_NAMES
+from rsi_env.envs.core import RsiEnv
+from rsi_env.envs.observation import TEXT_MAX
 from rsi_env.wrappers.ladders import rsi_env_of
 
 __all__ = ["MaskedActions", "StepResult"]

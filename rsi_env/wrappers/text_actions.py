@@ -17,8 +17,8 @@ import numpy as np
 from gymnasium import spaces
 
 from rsi_env.engine.safe_io import load_yaml, shorten
-from rsi_env.envs.actions import check_action
-from rsi_env.envs.core import BENCH, CHARSET, EDIT, KIND_NAMES, SHELL, SUBMIT
+from rsi_env.envs.actions import BENCH, EDIT, KIND_NAMES, SHELL, SUBMIT, check_action
+from rsi_env.envs.observation import CHARSET
 from rsi_env.errors import ActionError, RsiEnvError, TextActionError, YamlError
 from rsi_env.wrappers.masked import MaskedActions, StepResult
 
