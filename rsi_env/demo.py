@@ -48,8 +48,8 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
     improved = True
     while improved and env.steps < budget:
         improved = False
-        mask = env._obs()["flag_mask"]
-        for name in [n for n, m in zip(env.flag_names, mask, strict=True) if m]:
+        fixed = env.fixed_flags()
+        for name in [n for n in env.flag_names if n not in fixed]:
             for value in env.task.ladder(name):
                 if env.steps >= budget:
                     break
@@ -63,9 +63,8 @@ def run_demo(env_id: str = "RSI/KVCache-v0", budget: int = 40, plot: str | None 
                 if math.isfinite(s) and s > best + 1e-9:
                     best, best_cfg, improved = s, env.config, True
     env.config = best_cfg
-    env._write_serving()
-    found_tels = env.tier.measure_all(best_cfg, env.model, env.hardware, env.workloads)
-    _, reward, _, _, info = env.step({"kind": 4})
+    _, reward, _, _, info = env.step({"kind": 4})  # submit measures the best configuration, unless it just was
+    found_tels = env.last_tels
     wall = time.perf_counter() - t0
     lines = [f"rsi-env demo: {env_id} on the sim tier — {env.model.name} on {env.num_gpus} x {env.hardware.name}, "
              f"vLLM {env.tier.engine_version} (calibration: {env.base_tels[0].calibration})",
