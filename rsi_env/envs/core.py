@@ -476,8 +476,9 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
     def _do_bench(self, explicit: bool) -> list[object]:
         if not self._take_measurement():
             return []
-        self.measured_config, self._measured_code = self.config, self._code_state()
-        m = self._measure(verify=False)
+        code = self._code_state()
+        m = self._measure(verify=False)  # a measurement that raises leaves the configuration unmeasured
+        self.measured_config, self._measured_code = self.config, code
         self.last_score = m.score
         if math.isfinite(m.score):
             self.best_score = max(self.best_score, m.score)
