@@ -21,7 +21,7 @@ from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
-from rsi_env.envs.core import RsiEnv
+from rsi_env.envs.problem import Problem
 
 __all__ = ["connect", "gpus_per_measurement", "measure_remote", "ray_measurer", "remote_measure"]
 
@@ -62,12 +62,12 @@ def measure_remote(tier: str, engine_version: str, config: EngineConfig, model: 
     return remote_measure(tier).remote(tier, engine_version, config, model, hardware, list(workloads))
 
 
-def ray_measurer(env: RsiEnv, configs: Sequence[EngineConfig]) -> list[list[Telemetry]]:
+def ray_measurer(problem: Problem, configs: Sequence[EngineConfig]) -> list[list[Telemetry]]:
     """`Evaluator`'s measurer: the batch as concurrent Ray tasks, results in order."""
     import ray
 
-    refs = [measure_remote(env.tier_name, env.tier.engine_version, c, env.model, env.hardware, env.workloads)
-            for c in configs]
+    refs = [measure_remote(problem.tier.name, problem.tier.engine_version, c, problem.model, problem.hardware,
+                           problem.workloads) for c in configs]
     result: list[list[Telemetry]] = ray.get(refs)
     return result
 

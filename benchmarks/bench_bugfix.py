@@ -16,8 +16,8 @@ import gymnasium as gym
 import yaml
 
 import rsi_env  # noqa: F401
-from rsi_env.bugs import checks
-from rsi_env.bugs.generator import INSTANCES_FILE
+from rsi_env.tasks.bugfix import checks
+from rsi_env.tasks.bugfix.generator import INSTANCES_FILE
 
 
 def timed(fn, *args, **kwargs) -> float:  # type: ignore[no-untyped-def]

@@ -17,9 +17,9 @@ import time
 import gymnasium as gym
 
 import rsi_env  # noqa: F401
-from rsi_env.dayzero import checks
-from rsi_env.dayzero.checks import FEATURES, HIDDEN, block_cases, checks_spec, load_feature, run_block, run_spec
-from rsi_env.envs.dayzero import TEMPLATE_DIR
+from rsi_env.tasks.dayzero import checks
+from rsi_env.tasks.dayzero.checks import FEATURES, HIDDEN, block_cases, checks_spec, load_feature, run_block, run_spec
+from rsi_env.tasks.dayzero.env import TEMPLATE_DIR
 from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_SOLUTIONS
 
 
@@ -30,7 +30,7 @@ def timed(fn: object, *args: object) -> float:
 
 
 def real(backend: str) -> None:
-    from rsi_env.dayzero.vllm_check import check_in_vllm, reference_tokens
+    from rsi_env.tasks.dayzero.vllm_check import check_in_vllm, reference_tokens
 
     print(f"backend {backend}; seconds (vLLM runs include the engine start)")
     print(f"{'feature':16} {'reference':>9} {'solution':>9} {'tokens matched':>15} {'template':>9}  template's reason")

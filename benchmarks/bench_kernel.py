@@ -15,8 +15,8 @@ import math
 import time
 from pathlib import Path
 
-from rsi_env.envs.kernel import OPS, model_sizes
-from rsi_env.envs.kernel_tier import KERNEL_DIR, measure_kernel
+from rsi_env.tasks.kernel.env import OPS, model_sizes
+from rsi_env.tasks.kernel.tier import KERNEL_DIR, measure_kernel
 
 SOLUTION_TEST = Path(__file__).resolve().parents[1] / "tests" / "code_tasks" / "test_kernel.py"
 
@@ -68,7 +68,7 @@ def main() -> None:
 
 def episodes(solution: str, tier: str, sandbox: str) -> None:
     """One episode per op through the env: the unmodified workspace submitted, then the solution."""
-    from rsi_env.envs.kernel import KernelEnv
+    from rsi_env.tasks.kernel.env import KernelEnv
 
     for op in OPS:
         env = KernelEnv(op=op, tier=tier, sandbox=sandbox)

@@ -17,10 +17,10 @@ from rsi_env.engine import Workload
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
-from rsi_env.envs.scheduler import TEMPLATE, WORKLOAD_DIR
 from rsi_env.real.tier import RealTier
 from rsi_env.sim.policy_hook import request_table, simulate_policy
-from rsi_env.sim.sandboxed_policy import policy_keys
+from rsi_env.tasks.scheduler.env import TEMPLATE, WORKLOAD_DIR
+from rsi_env.tasks.scheduler.sandboxed import policy_keys
 
 REFERENCE = '''
 def waiting_key(request):

@@ -39,6 +39,7 @@ from rsi_env.envs.acting import Acting
 from rsi_env.envs.actions import BENCH, EDIT, FLAG, KIND_NAMES, SHELL, SUBMIT
 from rsi_env.envs.measure import get_tier
 from rsi_env.envs.observation import OBS_FIELDS, Observing, action_space, clean, observation_space
+from rsi_env.envs.problem import Problem
 from rsi_env.envs.promotion import Promoter
 from rsi_env.errors import ActionError, RsiEnvError, WorkloadError
 from rsi_env.reward import MeasureEvent, SubmitEvent, check_submission, default_rewards, score
@@ -261,6 +262,14 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
         self._held.sandbox = sb
 
     # ---- setup ------------------------------------------------------------------------------------
+    @property
+    def problem(self) -> Problem:
+        """What this episode scores a configuration on (`Problem`): the searches, the demo and evaluate use it too."""
+        if not self.measures_engine or len(self.base_tels) != len(self.workloads) or not self.workloads:
+            raise RsiEnvError(f"{self.task.id} has no problem to score before a reset has measured its baseline"
+                              if self.measures_engine else f"{self.task.id} scores code, not engine configurations")
+        return Problem(self.task, self.model, self.hardware, tuple(self.workloads), self.tier, tuple(self.base_tels))
+
     def _make_tier(self, tier: str, engine_version: str) -> Tier:
         """The tier this env measures on: the process's shared one for ``tier`` (a code task wraps its own)."""
         return get_tier(tier, engine_version)
@@ -343,11 +352,12 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
 
     def _measure(self, verify: bool) -> Measurement:
         """Measure the configuration (and the agent's code) as it stands; ``verify``: for a submission's verdict."""
-        tels = self.tier.measure_all(self.config, self.model, self.hardware, self.workloads)
+        scored = self.problem.score(self.config)
+        tels = scored.tels
         self.cost.add(self.tier_name, tels, self.config, self.hardware)
         self.last_tels = tels
         gpu_s = sum(t.duration_s * max(1, self.config.num_gpus) for t in tels if t.ok)
-        return Measurement(score(tels, self.base_tels, self.task), gpu_s, self._tel_text(tels))
+        return Measurement(scored.score, gpu_s, self._tel_text(tels))
 
     @contextlib.contextmanager
     def _verifying(self) -> Iterator[None]:

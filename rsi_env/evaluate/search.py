@@ -72,7 +72,6 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
     import gymnasium as gym
 
     import rsi_env  # noqa: F401  (registers the RSI/* ids)
-    from rsi_env.reward import score
     from rsi_env.wrappers.ladders import rsi_env_of
 
     fn = searcher or default_searcher()
@@ -84,8 +83,9 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
 
         def entry(name: str, flags: Mapping[str, Any]) -> dict[str, Any]:
             cfg = EngineConfig.from_dict(dict(flags))
-            tels = env.tier.measure_all(cfg, env.model, env.hardware, env.workloads)
-            return {"name": name, "flags": dict(flags), "sim_score": score(tels, env.base_tels, env.task),
+            scored = env.problem.score(cfg)
+            tels = scored.tels
+            return {"name": name, "flags": dict(flags), "sim_score": scored.score,
                     "num_gpus": cfg.num_gpus,
                     "est_real_s": round(estimate_real_s([t.duration_s for t in tels], plan.promote.startup_s), 1),
                     "sim": [t.to_dict() for t in tels]}

@@ -1,7 +1,7 @@
 """A scheduling policy's keys on their way to the real engine: one JSON file, keyed by vLLM request id.
 
 The keys are computed before the engine starts, by the workspace's ``policy.py`` in a fresh sandbox
-(`rsi_env.sim.sandboxed_policy.policy_keys`); only these numbers reach the engine. The driver names
+(`rsi_env.tasks.scheduler.sandboxed.policy_keys`); only these numbers reach the engine. The driver names
 request ``i`` of workload ``w`` ``f"{w}-{i}"`` (`request_id`); the file maps each such id to its
 ``[waiting_key, victim_key]``. vLLM may run its engine core in a separate (spawned) process, so the
 file's path travels in the environment variable `KEYS_ENV`, which `PolicyScheduler` reads there.

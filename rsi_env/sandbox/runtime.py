@@ -28,7 +28,7 @@ __all__ = ["EXCLUDED", "package_runtime", "shadow_stub"]
 
 PACKAGE = Path(rsi_env.__file__).resolve().parent
 # Parts of the package no sandbox ever sees (relative to the package folder).
-EXCLUDED = ("catalog/code", "bugs", "dayzero")
+EXCLUDED = ("catalog/code", "tasks")
 _DATA = (".py", ".yaml", ".json")
 _RUNTIMES: dict[str, tempfile.TemporaryDirectory[str]] = {}
 

@@ -4,7 +4,7 @@ Black-box searches (random, vLLM's auto-tune, coordinate descent, Optuna) propos
 as ladder indices of the task's free flags; the evaluator turns them into an `EngineConfig`,
 refuses what the environment would refuse (without spending a measurement, as the env does),
 measures the rest on the episode's tier — in-process, or as Ray tasks through a `Measurer` — and
-scores them with the env's own objective against the env's own baseline. So a search's number is
+scores them with the env's own objective against the env's own baseline (`RsiEnv.problem`). So a search's number is
 the number an agent stepping through the env would have been shown. A configuration measured
 before is answered from memory and costs nothing; every new one costs one measurement.
 """
@@ -23,20 +23,20 @@ import rsi_env  # noqa: F401  (registers the RSI/* ids)
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.envs.core import RsiEnv
+from rsi_env.envs.problem import Problem
 from rsi_env.errors import InvalidConfigError
-from rsi_env.reward import score
 from rsi_env.wrappers.ladders import config_at, free_flags, ladder, refusal, rsi_env_of
 
 __all__ = ["Evaluator", "Measurer", "Progress", "Trial", "local_measurer"]
 
-# Measures a batch of configurations on the env's tier, model, hardware and workloads: one list of
+# Measures a batch of configurations of one `Problem` (its tier, model, hardware and workloads): one list of
 # per-workload telemetry per configuration, in order.
-Measurer = Callable[[RsiEnv, Sequence[EngineConfig]], list[list[Telemetry]]]
+Measurer = Callable[[Problem, Sequence[EngineConfig]], list[list[Telemetry]]]
 
 
-def local_measurer(env: RsiEnv, configs: Sequence[EngineConfig]) -> list[list[Telemetry]]:
-    """Measure in this process, one configuration after another, on the env's own tier."""
-    return [env.tier.measure_all(c, env.model, env.hardware, env.workloads) for c in configs]
+def local_measurer(problem: Problem, configs: Sequence[EngineConfig]) -> list[list[Telemetry]]:
+    """Measure in this process, one configuration after another, on the problem's own tier."""
+    return [problem.measure(c) for c in configs]
 
 
 @dataclass
@@ -140,10 +140,11 @@ class Evaluator:
             todo.append((k, idx, self.config(idx)))
         if not todo:
             return out
-        tels = self.measurer(self.env, [c for _, _, c in todo])
+        problem = self.env.problem
+        tels = self.measurer(problem, [c for _, _, c in todo])
         for (k, idx, cfg), t in zip(todo, tels, strict=True):
             self.env.cost.add(self.env.tier_name, t, cfg, self.env.hardware)  # GPU-seconds per tier, with the env's
-            s = score(t, self.env.base_tels, self.env.task)
+            s = problem.judge(t)
             self._seen[tuple(sorted(idx.items()))] = s
             self.trials.append(Trial(idx, s, True))
             if math.isfinite(s) and s > self.progress.best:

@@ -14,7 +14,7 @@ keys, which is what lets the real tier run it inside vLLM too. Aging is folded i
 ``arrival_s + min(prompt_tokens / 4096, 2.0)`` bounds how long a long prompt can be passed over).
 
 The keys are computed by the agent's code in a sandbox, in a process of its own that is sent one
-request at a time, ``REQUEST_FIELDS`` only (`rsi_env.sim.run_policy`); the engine that uses them runs
+request at a time, ``REQUEST_FIELDS`` only (`rsi_env.tasks.scheduler.run_policy`); the engine that uses them runs
 here, in the env's process, so the agent's code never touches a measurement.
 
 `PolicyEngineSim` plugs the keys into `EngineSim` through its two overridable methods,

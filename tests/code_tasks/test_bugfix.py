@@ -18,14 +18,14 @@ import rsi_env  # noqa: F401  (registers the envs)
 import rsi_env.engine.config
 import rsi_env.sim.engine
 import rsi_env.sim.kv_cache
-from rsi_env.bugs import checks, generator
-from rsi_env.bugs.checks import check_workspace, hidden_job, reference, run_workspace
-from rsi_env.bugs.generator import catalogue_hash, generate
-from rsi_env.bugs.mutations import BUG_CLASSES, apply_mutations, load_mutations
-from rsi_env.bugs.templates import ENGINE_FILES, LOCAL_IMPORT, clean_workspace
-from rsi_env.envs.bugfix import BugFixEnv
 from rsi_env.sandbox.episode import EpisodeSandbox
 from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.tasks.bugfix import checks, generator
+from rsi_env.tasks.bugfix.checks import check_workspace, hidden_job, reference, run_workspace
+from rsi_env.tasks.bugfix.env import BugFixEnv
+from rsi_env.tasks.bugfix.generator import catalogue_hash, generate
+from rsi_env.tasks.bugfix.mutations import BUG_CLASSES, apply_mutations, load_mutations
+from rsi_env.tasks.bugfix.templates import ENGINE_FILES, LOCAL_IMPORT, clean_workspace
 
 BACKEND = "bubblewrap"
 CLEAN = clean_workspace()
@@ -90,7 +90,7 @@ def test_the_clean_engine_passes_every_hidden_check_in_a_sandbox():
 
 def test_the_precomputed_instances_are_fresh_and_a_sample_still_fails_its_checks():
     table = generator._table()
-    assert len(table) >= 64, "stale instances.yaml: python -m rsi_env.bugs.generator --seeds 0-63"
+    assert len(table) >= 64, "stale instances.yaml: python -m rsi_env.tasks.bugfix.generator --seeds 0-63"
     for seed in (1, 17, 42):
         inst = table[seed]
         job = hidden_job("qwen2.5-7b", "l4")

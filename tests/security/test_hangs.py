@@ -19,8 +19,8 @@ import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.bugs.templates import ENGINE_FILES
 from rsi_env.sandbox.deadline import ACTION_TIMEOUT_S
+from rsi_env.tasks.bugfix.templates import ENGINE_FILES
 
 BACKEND = "bubblewrap"
 STEP_BOUND_S = min(20.0, ACTION_TIMEOUT_S + 4.0)  # the bar: no single action hangs past 20 s

@@ -14,10 +14,10 @@ import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
-from rsi_env.envs import kernel_tier
-from rsi_env.envs.kernel import model_sizes
-from rsi_env.envs.kernel_tier import measure_kernel
 from rsi_env.sandbox.backends import BACKENDS
+from rsi_env.tasks.kernel import tier as kernel_tier
+from rsi_env.tasks.kernel.env import model_sizes
+from rsi_env.tasks.kernel.tier import measure_kernel
 
 BACKEND = "bubblewrap"
 pytestmark = pytest.mark.skipif(BACKENDS[BACKEND].unavailable() is not None, reason=f"{BACKEND} is not usable here")
@@ -212,7 +212,7 @@ def test_a_stopped_tree_holds_every_thread_and_process_still(tmp_path):
     import subprocess
     import sys
 
-    from rsi_env.envs.kernel_tier import KERNEL_DIR
+    from rsi_env.tasks.kernel.tier import KERNEL_DIR
 
     out = subprocess.run([sys.executable, "-c", _TREE, str(KERNEL_DIR / "hidden"), str(tmp_path / "count")],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -14,10 +14,10 @@ import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.engine.workload import Workload
-from rsi_env.envs.scheduler import SchedulerEnv
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sim.policy_hook import REQUEST_FIELDS, request_table
-from rsi_env.sim.sandboxed_policy import policy_keys
+from rsi_env.tasks.scheduler.env import SchedulerEnv
+from rsi_env.tasks.scheduler.sandboxed import policy_keys
 
 SCORED = ("bursty_chat", "mixed_rag")
 

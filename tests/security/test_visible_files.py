@@ -19,7 +19,7 @@ import gymnasium as gym
 import pytest
 
 import rsi_env
-from rsi_env.bugs.templates import LOCAL_IMPORT
+from rsi_env.tasks.bugfix.templates import LOCAL_IMPORT
 
 PKG = Path(rsi_env.__file__).resolve().parent
 TESTS = PKG.parent / "tests"
@@ -60,7 +60,7 @@ FAMILIES = {
 def _secrets() -> dict[int, list[str]]:
     """Size -> sha256 of every secret (files under 64 bytes, like empty ``__init__.py``, carry nothing)."""
     texts: list[bytes] = []
-    paths = [*PKG.glob("catalog/code/*/hidden/**/*"), *PKG.glob("bugs/**/*.py"), *PKG.glob("dayzero/**/*.py"),
+    paths = [*PKG.glob("catalog/code/*/hidden/**/*"), *PKG.glob("tasks/**/*.py"),
              *TESTS.rglob("*.py")]
     texts += [p.read_bytes() for p in paths if p.is_file()]
     for rel in ("sim/kv_cache.py", "sim/engine.py", "engine/config.py"):

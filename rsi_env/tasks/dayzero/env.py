@@ -15,7 +15,19 @@ from typing import Any
 
 from gymnasium.utils import RecordConstructorArgs
 
-from rsi_env.dayzero.checks import (
+from rsi_env.engine.model import ModelSpec
+from rsi_env.engine.task import Task, load_task
+from rsi_env.engine.telemetry import Telemetry
+from rsi_env.engine.tier import Tier
+from rsi_env.envs.core import Measurement, RsiEnv, engine_kwargs
+from rsi_env.envs.measure import get_tier
+from rsi_env.envs.observation import clean
+from rsi_env.errors import RsiEnvError
+from rsi_env.reward.guards import GuardResult
+from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.sandbox.profile import Profile
+from rsi_env.sandbox.workspace import EditError
+from rsi_env.tasks.dayzero.checks import (
     FEATURES,
     CheckResult,
     DayZeroError,
@@ -29,18 +41,6 @@ from rsi_env.dayzero.checks import (
     reference_spec,
     run_spec,
 )
-from rsi_env.engine.model import ModelSpec
-from rsi_env.engine.task import Task, load_task
-from rsi_env.engine.telemetry import Telemetry
-from rsi_env.engine.tier import Tier
-from rsi_env.envs.core import Measurement, RsiEnv, engine_kwargs
-from rsi_env.envs.measure import get_tier
-from rsi_env.envs.observation import clean
-from rsi_env.errors import RsiEnvError
-from rsi_env.reward.guards import GuardResult
-from rsi_env.sandbox.hidden import CODE_DIR
-from rsi_env.sandbox.profile import Profile
-from rsi_env.sandbox.workspace import EditError
 
 __all__ = ["DayZeroEnv"]
 
@@ -183,7 +183,7 @@ class DayZeroEnv(RsiEnv):
         """What the episode's shell shows besides the workspace: the block's torch and numpy; vLLM on the real tier."""
         if not self.real:
             return block_profile()
-        from rsi_env.dayzero.vllm_check import vllm_distribution
+        from rsi_env.tasks.dayzero.vllm_check import vllm_distribution
 
         return Profile(packages=(*block_profile().packages, vllm_distribution()))
 
@@ -294,7 +294,7 @@ class DayZeroEnv(RsiEnv):
         name = "real: vLLM runs vllm_model.py and matches the reference"
         if not sim_passed:
             return GuardResult(name, False, "not run: the hidden checks must pass first")
-        from rsi_env.dayzero.vllm_check import check_in_vllm
+        from rsi_env.tasks.dayzero.vllm_check import check_in_vllm
 
         assert self.workspace is not None
         try:

@@ -43,7 +43,6 @@ from pathlib import Path
 
 import yaml
 
-from rsi_env.dayzero.checks import HIDDEN, Feature
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.base import Limits
@@ -51,6 +50,7 @@ from rsi_env.sandbox.deadline import untimed
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.runtime import package_runtime
+from rsi_env.tasks.dayzero.checks import HIDDEN, Feature
 
 __all__ = ["TOLERANCE", "VllmCheck", "check_in_vllm", "reference_gaps", "reference_profile", "reference_tokens",
            "root_cause", "vllm_distribution", "vllm_profile"]

@@ -1,7 +1,7 @@
 """The agent's side of a scheduling policy's keys: ``python -I policy_server.py policy.py``, started by the driver.
 
 Standard library only, and as little of it as will do, since a fresh one starts per workload
-(`rsi_env.sim.run_policy`, the trusted driver, starts it and checks every reply). Nothing here is
+(`rsi_env.tasks.scheduler.run_policy`, the trusted driver, starts it and checks every reply). Nothing here is
 trusted: this is the agent's process. It moves the pipes it talks over off its standard input and
 output first, so that ``policy.py`` reads nothing from its standard input and its prints go to
 standard error (the run's output) rather than into the replies; then it runs ``policy.py`` and

@@ -11,12 +11,12 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.tier import Tier
 from rsi_env.envs.core import Measurement, RsiEnv
-from rsi_env.envs.kernel_tier import HARNESS_TIMEOUT_S, KERNEL_DIR, KernelResult, KernelTier, kernel_profile
 from rsi_env.envs.observation import clean
 from rsi_env.errors import RsiEnvError
 from rsi_env.reward.guards import GuardResult
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
+from rsi_env.tasks.kernel.tier import HARNESS_TIMEOUT_S, KERNEL_DIR, KernelResult, KernelTier, kernel_profile
 
 __all__ = ["KernelEnv", "OPS", "KERNEL_FIELDS"]
 
@@ -48,7 +48,7 @@ class KernelEnv(RsiEnv):
     implementation whose docstring states the contract; shapes come from the model's sizes
     (``model=``, Llama-3.1-8B by default) with a batch and a dtype (bf16, fp16, fp32) drawn per seed.
 
-    A measurement runs the hidden harness in a fresh sandbox (`rsi_env.envs.kernel_tier`): the kernel
+    A measurement runs the hidden harness in a fresh sandbox (`rsi_env.tasks.kernel.tier`): the kernel
     runs in a process of its own on fresh inputs with NaN-poisoned outputs, all in memory the harness
     owns and shares with it; the harness, in another process, stops the kernel's whole process tree the
     moment each call returns and reads the results there itself: it compares every output, in-place

@@ -2,7 +2,7 @@
 
 ``python -I harness.py JOB.json OUT.json`` in a folder holding the workspace's ``kv_cache.py``,
 ``engine.py`` and ``config.py``. The job names the root of the engine runtime
-(`rsi_env.bugs.templates.engine_runtime`: the package without its hidden parts, the simulator's cost
+(`rsi_env.tasks.bugfix.templates.engine_runtime`: the package without its hidden parts, the simulator's cost
 model, memory plan and workload traces among it, whose engine modules are the workspace's own) and
 three kinds of work:
 

@@ -8,29 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
-from rsi_env.engine.config import EngineConfig
-from rsi_env.engine.hardware import HardwareSpec, load_hardware
-from rsi_env.engine.model import ModelSpec, load_model
+from rsi_env.engine.hardware import load_hardware
+from rsi_env.engine.model import load_model
 from rsi_env.engine.task import Task, load_task
-from rsi_env.engine.telemetry import Telemetry
-from rsi_env.engine.tier import LRU, Tier
-from rsi_env.engine.workload import Workload
+from rsi_env.engine.tier import Tier
 from rsi_env.envs.core import RsiEnv
 from rsi_env.envs.measure import real_tier
 from rsi_env.errors import RsiEnvError
-from rsi_env.real.tier import RealTier
 from rsi_env.reward.guards import GuardResult
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.workspace import EditError
-from rsi_env.sim.policy_checks import check_policy
-from rsi_env.sim.policy_hook import PolicyError, PolicyKeys, request_table, simulate_policy
-from rsi_env.sim.sandboxed_policy import policy_keys
+from rsi_env.sim.policy_hook import PolicyError
+from rsi_env.tasks.scheduler.checks import check_policy
+from rsi_env.tasks.scheduler.tier import PolicyTier
 
-__all__ = ["PolicyTier", "SchedulerEnv"]
+__all__ = ["SchedulerEnv"]
 
 TEMPLATE = CODE_DIR / "scheduler" / "policy.py"
 WORKLOAD_DIR = CODE_DIR / "scheduler" / "workloads"
@@ -41,62 +36,6 @@ THROUGHPUT_FLOOR = 0.98  # output tok/s kept, per workload, relative to vLLM's d
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _keys_sha(keys: PolicyKeys) -> str:
-    return hashlib.sha256(keys.waiting.tobytes() + keys.victim.tobytes()).hexdigest()
-
-
-class PolicyTier:
-    """A tier for a workspace policy: keys from ``policy.py`` in a fresh sandbox, then the engine runs them.
-
-    ``source()`` gives the policy text to measure (or raises `PolicyError`); a policy that cannot be
-    run measures as an error on every workload, with the reason, and no engine starts. On the sim tier
-    the simulator runs here and measurements are cached by the keys, the resolved configuration and
-    the workload. With ``real`` the keys go to the real engine (`RealTier.scheduled`: vLLM's scheduler
-    ordered by them, `rsi_env.real.policy_scheduler`), never cached.
-    ``last_source`` and ``last_keys`` are the policy and the keys of the last measurement (the keys
-    empty where it failed); ``use_cache=False`` computes the keys afresh (`policy_keys`), as submit does.
-    """
-
-    def __init__(self, engine_version: str, source: Callable[[], str], backend: str, capacity: int = 2048,
-                 real: RealTier | None = None) -> None:
-        self.engine_version = engine_version
-        self.source = source
-        self.backend = backend
-        self.real = real
-        self.name = "sim" if real is None else "real"
-        self.last_source: str | None = None
-        self.last_keys: dict[str, PolicyKeys] = {}
-        self.use_cache = True
-        self.cache: LRU[str, Telemetry] = LRU(capacity)
-
-    def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
-                    workloads: Sequence[Workload]) -> list[Telemetry]:
-        self.last_keys = {}
-        try:
-            src = self.source()
-            self.last_source = src
-            keys = policy_keys(src, {w.name: request_table(w.trace()) for w in workloads}, self.backend,
-                               use_cache=self.use_cache)
-            self.last_keys = keys
-        except PolicyError as exc:
-            return [Telemetry.failed(f"policy: {exc}", tier=self.name) for _ in workloads]
-        if self.real is not None:
-            return self.real.scheduled(keys).measure_all(cfg, model, hw, workloads)
-        out = []
-        for w in workloads:
-            ck = json.dumps([_keys_sha(keys[w.name]), self.engine_version, model.name, hw.name, cfg.to_dict(),
-                             w.content_hash], sort_keys=True, default=str)
-            tel = self.cache.get(ck)
-            if tel is None:
-                try:
-                    tel = simulate_policy(cfg, model, hw, w, keys[w.name], engine_version=self.engine_version)[0]
-                except PolicyError as exc:
-                    return [Telemetry.failed(f"policy: {exc}") for _ in workloads]
-                self.cache.put(ck, tel)
-            out.append(tel)
-        return out
 
 
 class SchedulerEnv(RsiEnv):
@@ -117,7 +56,7 @@ class SchedulerEnv(RsiEnv):
     What the policy sees: one request at a time, only those five fields. Its keys are computed in a
     fresh sandbox (the strongest backend the machine has: Docker, else bubblewrap, else local;
     ``env.unwrapped.sandbox_backend`` says which), never in the env's process, and there in a process
-    of its own, a fresh one per workload: a trusted driver (`rsi_env.sim.run_policy`) sends it each
+    of its own, a fresh one per workload: a trusted driver (`rsi_env.tasks.scheduler.run_policy`) sends it each
     request and reads its two keys back before it sends the next, so the policy never learns which
     workload it is scoring, nor any request ahead of its turn. Only the driver's signed keys come
     back, validated, and the simulated engine runs here — so the agent's code cannot touch a
@@ -159,7 +98,7 @@ class SchedulerEnv(RsiEnv):
     Continuous: the log-ratio gain of p99 TTFT over the best so far (first come, first served scores 0),
     minus each measurement's simulated GPU-seconds x 0.0002. Binary, on submit: +1 if the workloads are
     untouched, every workload measured without error, p99 TTFT beats first come, first served by 4 %,
-    every workload keeps >= 98 % of its output tokens/s, and the checks pass (`rsi_env.sim.policy_checks`,
+    every workload keeps >= 98 % of its output tokens/s, and the checks pass (`rsi_env.tasks.scheduler.checks`,
     guards ``checks: ...``). They run on the scored workloads (the episode's, seeded as they are) and
     on workloads the agent never sees, the policy's keys computed at submit twice, in fresh sandboxes,
     uncached: the same keys both times and the same as those the score was measured with

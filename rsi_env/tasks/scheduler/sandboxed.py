@@ -1,6 +1,6 @@
 """Evaluating an agent's ``policy.py`` in a fresh sandbox: its keys for every request, validated.
 
-The policy file, its driver (`rsi_env.sim.run_policy`) and its server (`rsi_env.sim.policy_server`),
+The policy file, its driver (`rsi_env.tasks.scheduler.run_policy`) and its server (`rsi_env.tasks.scheduler.policy_server`),
 both standard library only, are copied into a new folder with the requests (and a fresh secret); a
 new sandbox of the chosen backend runs the driver there (`run_harness`), which asks the policy for
 its keys in a process of its own, one request at a time, and signs what it got. Only the signed

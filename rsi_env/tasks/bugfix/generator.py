@@ -14,7 +14,7 @@ next one tried. Each kept instance carries its difficulty:
 - ``visible_caught``: whether the workspace's visible tests fail;
 - ``level`` = ``num_bugs + distance + (0 if visible_caught else 1)``, 1 (easy) to 6.
 
-Verification costs about a second per draw, so ``python -m rsi_env.bugs.generator --seeds 0-63``
+Verification costs about a second per draw, so ``python -m rsi_env.tasks.bugfix.generator --seeds 0-63``
 precomputes the instances of a seed range into ``catalog/code/bugfix/instances.yaml``, stamped with
 the hash of everything a verdict depends on; a stale or missing entry is generated live and kept for
 the process.
@@ -35,14 +35,14 @@ from typing import Any
 
 import yaml
 
-from rsi_env.bugs.checks import CHECKS_FILE, HARNESS, BenchResult, bench, check_workspace, workspace_profile
-from rsi_env.bugs.mutations import MUTATIONS_FILE, apply_mutations, load_mutations
-from rsi_env.bugs.templates import clean_workspace
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import CatalogError
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import CODE_DIR
+from rsi_env.tasks.bugfix.checks import CHECKS_FILE, HARNESS, BenchResult, bench, check_workspace, workspace_profile
+from rsi_env.tasks.bugfix.mutations import MUTATIONS_FILE, apply_mutations, load_mutations
+from rsi_env.tasks.bugfix.templates import clean_workspace
 
 __all__ = ["INSTANCES_FILE", "Instance", "catalogue_hash", "generate", "instance_for", "task_workloads",
            "visible_tests_fail"]
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     lo, hi = (int(x) for x in a.seeds.split("-"))
     data = build(range(lo, hi + 1), a.backend)
     with open(a.out, "w") as fh:
-        fh.write("# Verified instances of RSI/BugFix-v0 (python -m rsi_env.bugs.generator); hidden from agents.\n")
+        fh.write("# Verified instances of RSI/BugFix-v0 (python -m rsi_env.tasks.bugfix.generator); hidden from agents.\n")
         yaml.safe_dump(data, fh, sort_keys=False, width=120)
     print(json.dumps(data["stats"], indent=1))
 

@@ -1,7 +1,7 @@
-"""Run inside a fresh sandbox (by `rsi_env.sim.sandboxed_policy`): ``policy.py``'s keys, one request at a time.
+"""Run inside a fresh sandbox (by `rsi_env.tasks.scheduler.sandboxed`): ``policy.py``'s keys, one request at a time.
 
 ``python -I run_policy.py policy.py REQUESTS.json KEYS.json`` is the **driver**, the trusted part;
-standard library only, copied into the sandbox beside ``policy.py`` and `rsi_env.sim.policy_server`,
+standard library only, copied into the sandbox beside ``policy.py`` and `rsi_env.tasks.scheduler.policy_server`,
 away from the rsi_env package. It reads REQUESTS.json (``{"secret": hex, "tables": [[request, ...],
 ...]}``, one table per workload, unnamed), deletes it and makes itself undumpable (so that no
 process of the same user can read its memory or its descriptors) before any of the agent's code
@@ -18,7 +18,7 @@ signature, since the policy's processes can write files but not sign them.
 
 Known limit: the servers share the sandbox's files, so a policy can leave itself notes (how many
 requests it has seen, in which order) and tell workloads apart by them. That buys it nothing: every
-check runs on every workload, scored and hidden (`rsi_env.sim.policy_checks`).
+check runs on every workload, scored and hidden (`rsi_env.tasks.scheduler.checks`).
 """
 
 from __future__ import annotations

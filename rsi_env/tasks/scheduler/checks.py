@@ -33,7 +33,7 @@ from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.workload import Workload
 from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
 from rsi_env.sim.policy_hook import PolicyError, PolicyKeys, request_table, simulate_policy
-from rsi_env.sim.sandboxed_policy import policy_keys
+from rsi_env.tasks.scheduler.sandboxed import policy_keys
 
 __all__ = ["CheckResult", "check_policy"]
 

@@ -1,7 +1,7 @@
 """Running a BugFix workspace's engine code in a fresh sandbox, and judging what it did against the clean engine.
 
 The workspace's code runs only inside a new sandbox (`rsi_env.sandbox.fresh.run_fresh`), through
-`rsi_env.bugs.harness`, which reports observations (pool states, resolved configurations, each
+`rsi_env.tasks.bugfix.harness`, which reports observations (pool states, resolved configurations, each
 request's timings). Verdicts are made here, in the env's process, by comparing those observations
 with the same job run on the package's own modules — so code in the sandbox cannot pass a check by
 saying so; it has to behave like the clean engine. The hidden checks
@@ -22,7 +22,7 @@ a final pool counts as clean only if it shows no leak and, where the requests we
 the clean engine serves them, it is the clean engine's final pool; a bench's telemetry is the clean
 engine's where the workload was served exactly so (`BenchResult.trusted`), and is otherwise the
 report, its output rate held below the throughput floor. Forging a pass thus needs the clean
-behaviour itself. The sandboxes show the package only as `rsi_env.bugs.templates.engine_runtime`.
+behaviour itself. The sandboxes show the package only as `rsi_env.tasks.bugfix.templates.engine_runtime`.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ import yaml
 import rsi_env.engine.config
 import rsi_env.sim.engine
 import rsi_env.sim.kv_cache
-from rsi_env.bugs import harness
-from rsi_env.bugs.templates import ENGINE_FILES, engine_runtime
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
@@ -53,6 +51,8 @@ from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sim.kv_cache import BlockPool
+from rsi_env.tasks.bugfix import harness
+from rsi_env.tasks.bugfix.templates import ENGINE_FILES, engine_runtime
 
 __all__ = ["CHECK_NAMES", "CHECKS_FILE", "THROUGHPUT_FLOOR", "UNVERIFIED_RATE", "BenchResult", "CheckResult",
            "WorkspaceRun", "bench", "check_workspace", "harness_profile", "hidden_job", "pool_ops", "reference",

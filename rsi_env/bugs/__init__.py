@@ -1,6 +1,0 @@
-"""RSI/BugFix: bugs injected into the engine's own code, hidden checks that catch them, instances from seeds.
-
-`templates` builds the clean workspace from the package's engine modules, `mutations` holds the bug
-operators, `harness` runs a workspace's engine in a fresh sandbox, `checks` judges what it did against
-the clean engine, and `generator` turns a seed into a verified bugged instance with its difficulty.
-"""

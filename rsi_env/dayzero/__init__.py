@@ -1,1 +1,0 @@
-"""RSI/DayZero-v0's machinery: hidden checks of a new architecture's loader, cost model and block."""
