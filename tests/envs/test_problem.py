@@ -25,7 +25,7 @@ def test_the_problem_scores_what_a_bench_shows():
     problem = env.problem
     assert problem.baseline == tuple(env.base_tels) and problem.workloads == tuple(env.workloads)
     assert problem.score(env.baseline_config).score == pytest.approx(0.0)  # the defaults score 0 against themselves
-    env.step(env.flag_action("max_num_seqs", 512))
+    env.step(env.flag_action("max_num_seqs", 8))
     _, _, _, _, info = env.step({"kind": rsi_env.BENCH})
     scored = problem.score(env.config)
     assert scored.score == env.last_score and math.isfinite(scored.score) and scored.score != 0.0

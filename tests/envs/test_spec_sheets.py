@@ -19,24 +19,26 @@ TASK_DIR = Path(rsi_env.__file__).parent / "catalog" / "tasks"
 
 IDS = sorted(k for k in gym.registry if k.startswith("RSI/"))
 
-# sha256 (12) of each task's data as parsed. A change of a task's rewards or dynamics is a new version of
+# sha256 (12) of each task's data as parsed, less its entry_point. A change of a task's rewards or dynamics is a new version of
 # its id (Gymnasium's rule): register RSI/<Task>-v<n+1> with the new data rather than update this table.
 TASK_DATA = {
-    "RSI/Batching-v0": "88da4c7bdc66",
-    "RSI/BugFix-v0": "13b02861f3ce",
-    "RSI/DayZero-v0": "38b8b9df490a",
-    "RSI/KVCache-v0": "fb5f61cd8814",
-    "RSI/Kernel-v0": "3aa04f4ad993",
-    "RSI/Parallelism-v0": "6861d6098640",
-    "RSI/PrefixCache-v0": "15252b88b260",
-    "RSI/Quantization-v0": "eacc91e7afe7",
-    "RSI/Scheduler-v0": "b29d005787e5",
+    "RSI/Batching-v0": "ef289dde92ee",
+    "RSI/BugFix-v0": "3b3ad18f5625",
+    "RSI/DayZero-v0": "8c5edd6539ae",
+    "RSI/KVCache-v0": "af04d35cb603",
+    "RSI/Kernel-v0": "5060483498c6",
+    "RSI/Parallelism-v0": "d72a390a58b4",
+    "RSI/PrefixCache-v0": "9a21c07471c4",
+    "RSI/Quantization-v0": "f578924f744a",
+    "RSI/Scheduler-v0": "dc5e5ba0fa63",
 }
 
 
 def _data_hash(task_id: str) -> str:
+    """The hash of what the id promises: the task's data, less ``entry_point`` (where its code lives)."""
     raw = next(yaml.safe_load(p.read_text()) for p in sorted(TASK_DIR.glob("*.yaml"))
                if yaml.safe_load(p.read_text())["id"] == task_id)
+    raw.pop("entry_point")
     return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:12]
 
 
