@@ -19,8 +19,8 @@ TASK_DIR = Path(rsi_env.__file__).parent / "catalog" / "tasks"
 
 IDS = sorted(k for k in gym.registry if k.startswith("RSI/"))
 
-# sha256 (12) of each task's data as parsed, less its entry_point. A change of a task's rewards or dynamics is a new version of
-# its id (Gymnasium's rule): register RSI/<Task>-v<n+1> with the new data rather than update this table.
+# sha256 (12) of each task's data as parsed, less its entry_point. A change of a task's rewards or dynamics is a new
+# version of its id (Gymnasium's rule): register RSI/<Task>-v<n+1> with the new data rather than update this table.
 TASK_DATA = {
     "RSI/Batching-v0": "ef289dde92ee",
     "RSI/BugFix-v0": "3b3ad18f5625",
