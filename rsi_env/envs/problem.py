@@ -3,7 +3,9 @@
 The env's own measurements, the searches (`rsi_env.search.evaluator`), the demo and `rsi_env.evaluate`
 all score a configuration through `Problem.score`, so each of them reports the number an agent stepping
 through the env would have been shown: the same tier, workloads and objective, against the same baseline.
-An env's problem (`RsiEnv.problem`) exists once its reset has measured the baseline.
+An env's problem (`RsiEnv.problem`) exists once its reset has measured the baseline. Scoring through it
+charges nothing to the env's step or measurement budget: the env's bench charges its own, a search keeps
+its own (`Evaluator.budget`), and an agent acting through `step` never holds the object.
 """
 
 from __future__ import annotations
