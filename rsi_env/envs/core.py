@@ -265,9 +265,10 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
     @property
     def problem(self) -> Problem:
         """What this episode scores a configuration on (`Problem`): the searches, the demo and evaluate use it too."""
-        if not self.measures_engine or len(self.base_tels) != len(self.workloads) or not self.workloads:
-            raise RsiEnvError(f"{self.task.id} has no problem to score before a reset has measured its baseline"
-                              if self.measures_engine else f"{self.task.id} scores code, not engine configurations")
+        if not self.measures_engine:
+            raise RsiEnvError(f"{self.task.id} scores code, not engine configurations")
+        if not self.base_tels:  # emptied by every reset until its baseline is measured
+            raise RsiEnvError(f"{self.task.id} has no problem to score before a reset has measured its baseline")
         return Problem(self.task, self.model, self.hardware, tuple(self.workloads), self.tier, tuple(self.base_tels))
 
     def _make_tier(self, tier: str, engine_version: str) -> Tier:
