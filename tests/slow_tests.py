@@ -1,10 +1,11 @@
 """The fast tier's boundary: ``tests/slow.txt`` lists the tests marked ``slow`` (`conftest.py` marks them).
 
 ``python -m tests.slow_tests LOG [--budget-s 150]`` reads a ``pytest --durations=0`` log of the whole suite
-and writes the list: the slowest test files, longest first, until the rest together fit the budget. Whole files,
-because a module's tests share what its fixtures start (an engine, a Docker daemon, a run the next tests read):
-dropping one test would move its cost, or its results, onto the next. The fast tier, ``python -m pytest -m "not
-slow"``, is everything else (its wall time also has collection and start-up).
+and writes the list: the slowest test files, longest first, until the rest together fit the budget, each with
+its seconds. Whole files, because a module's tests share what its fixtures start (an engine, a Docker daemon, a
+run the next tests read): dropping one test would move its cost, or its results, onto the next. The fast tier,
+``python -m pytest -m "not slow"``, is everything else (its wall time also has collection and start-up). The
+seconds order the whole suite's files, longest first, across pytest-xdist's workers (`conftest.py`).
 """
 
 from __future__ import annotations
@@ -28,25 +29,31 @@ def durations(log: str) -> dict[str, float]:
     return dict(out)
 
 
-def slow_set(per_test: dict[str, float], budget_s: float) -> list[str]:
-    """The fewest slowest test files whose removal leaves at most ``budget_s`` seconds."""
+def slow_set(per_test: dict[str, float], budget_s: float) -> dict[str, float]:
+    """The fewest slowest test files whose removal leaves at most ``budget_s`` seconds, with their seconds."""
     per_file: dict[str, float] = defaultdict(float)
     for node, secs in per_test.items():
         per_file[node.split("::")[0]] += secs
     left = sum(per_file.values())
-    out = []
+    out = {}
     for node, secs in sorted(per_file.items(), key=lambda kv: -kv[1]):
         if left <= budget_s:
             break
-        out.append(node)
+        out[node] = secs
         left -= secs
-    return sorted(out)
+    return dict(sorted(out.items()))
 
 
-def load() -> set[str]:
+def load() -> dict[str, float]:
+    """The slow files and the seconds each took in the log the list was made from."""
     if not SLOW_FILE.is_file():
-        return set()
-    return {x.strip() for x in SLOW_FILE.read_text().splitlines() if x.strip() and not x.startswith("#")}
+        return {}
+    out = {}
+    for line in SLOW_FILE.read_text().splitlines():
+        path, _, secs = line.partition("#")
+        if path.strip():
+            out[path.strip()] = float(secs.split()[0]) if secs.split() else 0.0
+    return out
 
 
 def main() -> None:
@@ -60,7 +67,7 @@ def main() -> None:
     files = {k.split("::")[0] for k in per}
     SLOW_FILE.write_text(f"# python -m tests.slow_tests (budget {a.budget_s:g} s): {len(slow)} of {len(files)} files, "
                          f"{sum(per.values()) - kept:.0f} s of {sum(per.values()):.0f} s; the rest: {kept:.0f} s\n"
-                         + "".join(f"{n}\n" for n in slow))
+                         + "".join(f"{n}  # {secs:.0f} s\n" for n, secs in slow.items()))
     print(f"{len(slow)} slow files; the fast tier's tests take {kept:.0f} s of {sum(per.values()):.0f} s")
 
 

@@ -131,8 +131,10 @@ class DockerSandbox(Sandbox):
         api = self._client.api
         t0 = time.monotonic()
         try:
-            ex = api.exec_create(self._container.id, ["/bin/sh", "-c", command], workdir=str(self.workspace),
-                                 environment=self.environ)
+            # The command's stderr joins its stdout in the container: Docker reads the two pipes apart, and
+            # under load would hand a shell's complaint over after what the next command printed.
+            ex = api.exec_create(self._container.id, ["/bin/sh", "-c", 'exec /bin/sh -c "$1" 2>&1', "sh", command],
+                                 workdir=str(self.workspace), environment=self.environ)
             sock = api.exec_start(ex["Id"], socket=True)
         except docker.errors.DockerException as exc:
             return ShellResult(None, "", error=f"the container did not run the command: {exc}", backend=self.backend)

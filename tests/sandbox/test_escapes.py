@@ -32,6 +32,16 @@ def test_plain_command_runs_in_the_workspace(sandbox: Sandbox):
     assert res.backend == sandbox.backend
 
 
+def test_errors_and_output_arrive_in_the_order_they_were_written(sandbox: Sandbox):
+    """One stream, as a terminal shows it: a shell's own complaint ("File size limit exceeded") comes before
+    what the next command prints, whatever the machine's load (two pipes read apart can swap them)."""
+    script = "for i in 1 2 3 4 5 6 7 8; do echo e$i >&2; echo o$i; done; sh -c 'exit 3'; echo err-last >&2"
+    want = [f"{k}{i}" for i in range(1, 9) for k in ("e", "o")] + ["err-last"]
+    for _ in range(5):
+        res = sandbox.run(script, timeout_s=10)
+        assert res.output.split() == want, res.output
+
+
 @pytest.mark.parametrize("command", [None, 3, "", "   ", "echo \x00 x", "x" * 9000])
 def test_malformed_commands_are_refused(sandbox: Sandbox, command: object):
     res = sandbox.run(command, timeout_s=5)  # type: ignore[arg-type]
