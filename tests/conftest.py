@@ -66,6 +66,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda it: -seconds[group_of[it]])  # stable: a file's tests keep their order
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent with -p no:xdist
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """Refuse to run ungrouped: pytest-xdist names each test's group in its node id, and a pytest that drops
+    the name would spread a file, and the vLLM modules, across workers without a word (the controller's hook)."""
+    lost = [i for i in ids if "@" not in i]
+    if lost:
+        pytest.exit(f"pytest-xdist's groups are not in the node ids ({lost[0]}, ...): this pytest "
+                    f"({pytest.__version__}) and pytest-xdist do not work together; install the versions "
+                    "pyproject.toml's dev extra pins", returncode=4)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for root in _STORE_ROOT:
         shutil.rmtree(root, ignore_errors=True)
