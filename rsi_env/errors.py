@@ -15,6 +15,7 @@
     ├── YamlError                    YAML the env will not load: invalid, anchors or aliases, too deep, too large
     ├── EditError                    an edit the workspace refuses (outside it, not editable, ambiguous, too large)
     ├── TextActionError              text that is not an action of the text-action syntax
+    ├── ToolCallError                a tool call that names no tool, or whose arguments the tool does not take
     ├── PolicyError                  a scheduling policy that could not be run or whose answer is unusable
     └── DayZeroError                 a DayZero workspace's loader or block that could not be run or gave nothing usable
 
@@ -30,6 +31,7 @@ __all__ = [
     "EditError",
     "PolicyError",
     "TextActionError",
+    "ToolCallError",
     "CalibrationError",
     "CatalogError",
     "HardwareSpecError",
@@ -116,6 +118,10 @@ class PolicyError(RsiEnvError):
 
 class TextActionError(RsiEnvError):
     """Text that is not an action in `rsi_env.wrappers.text_actions.TEXT_SYNTAX`; the message says what is wrong."""
+
+
+class ToolCallError(RsiEnvError):
+    """A tool call `rsi_env.wrappers.tool_calls` cannot carry out; the message names the tool and the argument."""
 
 
 class DayZeroError(RsiEnvError):
