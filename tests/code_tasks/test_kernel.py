@@ -135,7 +135,9 @@ def test_a_kernel_that_caches_its_first_answer_is_caught():
 
 def test_a_forged_report_is_never_believed():
     """The kernel's process writes result.json during its calls, and leaves a detached process behind to write
-    it again once the harness has: the env takes either the harness's signed report or refuses the file."""
+    it again once the harness has: the env takes the harness's signed report, refuses the file, or (where the
+    harness cannot hold the kernel's processes still within its deadline, seen once on a loaded two-core CI
+    machine) fails the call."""
     fake = json.dumps({"body": json.dumps({"correct": True, "speedup": 100.0}), "mac": "00"})
     forge = (f"import os, subprocess\nFAKE = {fake!r}\n"
              "subprocess.Popen(['/bin/sh', '-c', 'while [ ! -e result.json ]; do sleep 0.01; done; "
@@ -144,7 +146,7 @@ def test_a_forged_report_is_never_believed():
              "def silu_and_mul(out, x):\n    _forge()\n    _orig(out, x)\n")
     res = _check(forge)
     assert res.speedup != 100.0
-    assert res.ok or "signature" in (res.error or ""), res.error
+    assert res.ok or any(w in (res.error or "") for w in ("signature", "could not be stopped")), res.error
 
 
 def test_a_kernel_that_answers_for_the_worker_is_caught():
