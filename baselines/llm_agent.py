@@ -4,19 +4,16 @@
 plays one episode per held-out seed. The system prompt is the task's ``TASK.md``, its flags with
 their ladders and the text-action syntax; each turn sends the observation's text (last output,
 measurement, error) and the budget left, and the reply's action — the first fenced code block if it
-has one, else the whole reply — goes to the env. Requests are plain HTTP (stdlib ``urllib``) with a
-timeout; the episode is bounded by ``--max-turns`` env steps and the measurement budget. The
-last line printed is one JSON object with the held-out improvement per seed and its mean.
+has one, else the whole reply — goes to the env. Requests are `rsi_env.suite.chat.ChatEndpoint`'s (stdlib
+HTTP with a timeout; the suite's tool-calling agent uses the same endpoint); the episode is bounded by
+``--max-turns`` env steps and the measurement budget. The last line printed is one JSON object with the
+held-out improvement per seed and its mean.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,57 +23,14 @@ from baselines.episodes import Agent, run_agent
 from baselines.protocol import eval_seeds, print_result_line
 from baselines.results import RunResult
 from rsi_env.engine.task import load_task
-from rsi_env.errors import RsiEnvError
+from rsi_env.errors import EndpointError
+from rsi_env.suite.chat import ChatEndpoint, extract_action
 from rsi_env.wrappers.ladders import ladder, rsi_env_of
 from rsi_env.wrappers.text_actions import TEXT_SYNTAX
 
 __all__ = ["ChatEndpoint", "EndpointError", "LLM_VIEW", "extract_action", "llm_agent", "run_llm", "system_prompt"]
 
 LLM_VIEW = {"actions": "text", "observation": "dict"}
-_FENCE = re.compile(r"```[a-zA-Z0-9_-]*\n(.*?)```", re.DOTALL)
-
-
-class EndpointError(RsiEnvError):
-    """The chat endpoint could not be reached or answered something that is not a chat completion."""
-
-
-class ChatEndpoint:
-    """``POST {base_url}/chat/completions`` with a bounded timeout; returns the first choice's text."""
-
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
-                 max_tokens: int = 512, temperature: float = 0.0) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.timeout_s = timeout_s
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.requests = 0
-
-    def complete(self, messages: Sequence[dict[str, str]]) -> str:
-        body = json.dumps({"model": self.model, "messages": list(messages), "max_tokens": self.max_tokens,
-                           "temperature": self.temperature}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        self.requests += 1
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                payload = json.loads(resp.read().decode())
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError, OSError) as exc:
-            raise EndpointError(f"chat endpoint {self.url}: {exc}") from None
-        try:
-            content = payload["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise EndpointError(f"chat endpoint {self.url} answered without choices[0].message.content") from None
-        return str(content or "")
-
-
-def extract_action(reply: str) -> str:
-    """The action in a model's reply: its first fenced code block, else the reply itself, stripped."""
-    m = _FENCE.search(reply)
-    return (m.group(1) if m else reply).strip()
 
 
 def system_prompt(env: Any) -> str:

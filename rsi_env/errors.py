@@ -17,6 +17,7 @@
     ├── TextActionError              text that is not an action of the text-action syntax
     ├── ToolCallError                a tool call that names no tool, or whose arguments the tool does not take
     ├── PolicyError                  a scheduling policy that could not be run or whose answer is unusable
+    ├── EndpointError                an agent's chat endpoint that cannot be reached or answers no chat completion
     └── DayZeroError                 a DayZero workspace's loader or block that could not be run or gave nothing usable
 
 A measurement that fails the way an engine fails (out of memory, a refused config) is *not* an
@@ -28,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "ActionError",
     "DayZeroError",
+    "EndpointError",
     "EditError",
     "PolicyError",
     "TextActionError",
@@ -122,6 +124,15 @@ class TextActionError(RsiEnvError):
 
 class ToolCallError(RsiEnvError):
     """A tool call `rsi_env.wrappers.tool_calls` cannot carry out; the message names the tool and the argument."""
+
+
+class EndpointError(RsiEnvError):
+    """A chat endpoint (`rsi_env.suite.chat`) that could not be reached or did not answer a chat completion;
+    ``status`` is the HTTP status where it answered with one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class DayZeroError(RsiEnvError):
