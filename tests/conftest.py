@@ -70,6 +70,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
     """Refuse to run ungrouped: pytest-xdist names each test's group in its node id, and a pytest that drops
     the name would spread a file, and the vLLM modules, across workers without a word (the controller's hook)."""
+    config = getattr(node, "config", None)
+    if config is None or config.getvalue("dist") != "loadgroup":
+        return
     lost = [i for i in ids if "@" not in i]
     if lost:
         pytest.exit(f"pytest-xdist's groups are not in the node ids ({lost[0]}, ...): this pytest "
