@@ -1,4 +1,4 @@
-"""Every valid configuration on a task's ladders, measured: the best any search over these ladders could find.
+"""Every valid configuration on a task's ladders, measured (`rsi_env.search.exhaustive`), as a baseline's result.
 
 Not a baseline (it spends thousands of measurements, not the budget): the yardstick that says whether
 a task has a configuration 10 % better than vLLM's defaults at all, on the sim tier.
@@ -8,26 +8,19 @@ a task has a configuration 10 % better than vLLM's defaults at all, on the sim t
 from __future__ import annotations
 
 import argparse
-import itertools
 from collections.abc import Sequence
 
 from baselines.protocol import EVAL_SEED_BASE, limit_threads, print_result_line
 from baselines.results import RunResult
-from rsi_env.search.evaluator import Evaluator
+from rsi_env.search.exhaustive import exhaustive as measure_all_valid
 
 __all__ = ["exhaustive", "main"]
 
 
 def exhaustive(env_id: str, seed: int) -> tuple[RunResult, int]:
     """Measure every configuration the env accepts; the result and the number of valid configurations."""
-    probe = Evaluator(env_id, seed, budget=0)
-    grid = [dict(zip(probe.flags, point, strict=True))
-            for point in itertools.product(*(range(probe.sizes[f]) for f in probe.flags))]
-    valid = [idx for idx in grid if probe.check(idx) is None]
-    probe.close()
-    ev = Evaluator(env_id, seed, budget=len(valid))
-    ev.evaluate(valid)
-    return RunResult.from_evaluator("exhaustive", ev), len(valid)
+    ev = measure_all_valid(env_id, seed)
+    return RunResult.from_evaluator("exhaustive", ev), ev.budget
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -2,7 +2,8 @@
 
 ``SEARCHES``: `random_search`, vLLM's `auto_tune` procedure, `coordinate_descent` and `optuna_tpe` (Optuna loads
 only when it runs). The two-tier evaluation's search stage runs them (`sim_trials`); ``baselines/`` compares them
-with trained policies and agents at one budget.
+with trained policies and agents at one budget. `exhaustive` is the yardstick beside them: every valid
+configuration measured, the best any of them could find.
 """
 
 from __future__ import annotations
