@@ -107,7 +107,8 @@ def silu_and_mul(out, x):
 ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)), "background thread": (BACKGROUND_THREAD, ("NaN poison",)),
            "content cache": (CONTENT_CACHE, ("NaN poison",)),
            "pointer cache": (POINTER_CACHE, ("differs from the float64 reference",)),
-           "forged reply": (FORGED_REPLY, ("NaN poison", "out of turn")),
+           # Under load the early reply can also meet the drawn set's full check first: its outputs unwritten.
+           "forged reply": (FORGED_REPLY, ("NaN poison", "out of turn", "are NaN on")),
            "detached process": (DETACHED_PROCESS, ("NaN poison",)),
            # A kernel that never returns ends its measurement within the harness's reply deadline (10 s), not
            # at the sandbox's timeout (120 s): an action that hangs must not hang the env.
