@@ -5,12 +5,8 @@ end the episode cleanly, with the reason."""
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import gymnasium as gym
@@ -18,62 +14,15 @@ import pytest
 
 import rsi_env  # noqa: F401
 from rsi_env.suite.chat import ChatEndpoint, ChatLimits, play_chat
-
-
-def tool_reply(*calls: tuple[str, dict[str, Any]], tokens: int = 50) -> dict[str, Any]:
-    return {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-        for i, (n, a) in enumerate(calls)]}}], "usage": {"total_tokens": tokens}}
-
-
-def text_reply(text: str) -> dict[str, Any]:
-    return {"choices": [{"message": {"role": "assistant", "content": text}}]}
-
-
-class Scripted:
-    """Answers each POST with the next scripted reply (the last repeats): a dict as JSON, an int as that HTTP
-    status, ``"hang"`` by never answering."""
-
-    def __init__(self, replies: list[Any]) -> None:
-        self.replies, self.requests = replies, []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                outer.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                reply = outer.replies[min(len(outer.requests), len(outer.replies)) - 1]
-                if reply == "hang":
-                    time.sleep(5)
-                    return
-                if isinstance(reply, int):
-                    self.send_error(reply)
-                    return
-                body = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from tests.chat_server import ScriptedChat, text_reply, tool_reply
 
 
 @pytest.fixture()
 def serve() -> Iterator[Any]:
-    made: list[Scripted] = []
+    made: list[ScriptedChat] = []
 
-    def start(replies: list[Any]) -> Scripted:
-        made.append(Scripted(replies))
+    def start(replies: list[Any]) -> ScriptedChat:
+        made.append(ScriptedChat(replies))
         return made[-1]
 
     yield start
