@@ -9,7 +9,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "rsi_env"
 # Lowest first; a module may import its own layer and those below it.
 LAYERS = [("errors",), ("engine",), ("sandbox",), ("reward",), ("store",), ("sim",), ("real",), ("calibrate",),
-          ("envs",), ("tasks",), ("wrappers",), ("search",), ("evaluate",), ("suite",), ("adapters",),
+          ("envs",), ("tasks",), ("wrappers",), ("search",), ("evaluate",), ("suite",), ("integrations",),
           ("demo", "cli", "__init__"), ("baselines",)]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Each with its reason in docs/architecture.md ("Imports that run upward").

@@ -104,12 +104,15 @@ def silu_and_mul(out, x):
     time.sleep(3600)
 """
 
-ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)), "background thread": (BACKGROUND_THREAD, ("NaN poison",)),
+# Deferred work leaves the poison in the timed sets; under load the drawn set's full check (its outputs unwritten,
+# NaN) can be the one that meets it first: either refusal is the measurement's.
+_DEFERRED = ("NaN poison", "are NaN on")
+ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)), "background thread": (BACKGROUND_THREAD, _DEFERRED),
            "content cache": (CONTENT_CACHE, ("NaN poison",)),
            "pointer cache": (POINTER_CACHE, ("differs from the float64 reference",)),
            # Under load the early reply can also meet the drawn set's full check first: its outputs unwritten.
            "forged reply": (FORGED_REPLY, ("NaN poison", "out of turn", "are NaN on")),
-           "detached process": (DETACHED_PROCESS, ("NaN poison",)),
+           "detached process": (DETACHED_PROCESS, _DEFERRED),
            # A kernel that never returns ends its measurement within the harness's reply deadline (10 s), not
            # at the sandbox's timeout (120 s): an action that hangs must not hang the env.
            "hanging call": (HANGING_CALL, ("does it hang",))}

@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 
 import rsi_env  # noqa: F401
-from rsi_env.adapters.trl_env import RsiTRLEnv, trl_rows
+from rsi_env.integrations.trl_env import RsiTRLEnv, trl_rows
 
 
 def test_the_tools_play_the_episode_and_the_reward_is_the_submit_s():
