@@ -10,6 +10,8 @@ A sandbox's filesystem is built from nothing: the workspace read-write, and read
 - the third-party distributions the task names (`Profile.packages`) and everything they require, bound
   back into those site directories one top-level entry at a time;
 - folders the task built for itself (`Profile.paths`, e.g. a runtime with the engine's modules);
+- files laid over what the above shows (`Profile.overlays`: a task's own file bound read-only in place of
+  one of a package's, or an empty folder hiding one, e.g. a module's compiled ``__pycache__``);
 - a synthetic ``/etc/passwd`` and ``/etc/group`` that know only root and ``nobody``.
 
 So no home directory, no ``/run``, no host socket, no other checkout or ``.git``, and no source of
@@ -55,12 +57,16 @@ class Profile:
     """The read-only part of a sandbox: third-party ``packages`` (distribution names), extra ``paths``, ``gpu``.
 
     ``packages`` are bound with every distribution they require (markers evaluated, extras not
-    followed); ``paths`` are host paths bound at the same place; ``gpu`` binds the NVIDIA device nodes.
+    followed); ``paths`` are host paths bound at the same place; ``gpu`` binds the NVIDIA device nodes;
+    ``overlays`` are ``(dest, source)`` pairs laid last, over what the rest shows: the host file
+    ``source`` bound read-only at ``dest`` (which must exist there), or, where ``source`` is ``""``, an
+    empty folder over ``dest``.
     """
 
     packages: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     gpu: bool = False
+    overlays: tuple[tuple[str, str], ...] = ()
 
     def mounts(self) -> list[Mount]:
         """Every entry, parents before children, so that a bind inside an emptied folder lands on top of it."""
@@ -93,6 +99,7 @@ def _mounts(profile: Profile) -> tuple[Mount, ...]:
         out += [Mount("dev", str(d), str(d)) for d in sorted(Path("/dev").glob("nvidia*")) if _NVIDIA.match(d.name)]
         if Path("/dev/nvidia-caps").is_dir():
             out.append(Mount("dev", "/dev/nvidia-caps", "/dev/nvidia-caps"))
+    out += [Mount("ro", dest, _real(src)) if src else Mount("empty", dest, "") for dest, src in profile.overlays]
     return tuple(out)
 
 
