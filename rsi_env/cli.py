@@ -253,8 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_cmd_eval)
 
     from rsi_env.store.cli import add_experience_parser
+    from rsi_env.suite.cli import add_suite_parser
 
     add_experience_parser(sub)
+    add_suite_parser(sub)
     return p
 
 

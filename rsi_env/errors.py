@@ -18,7 +18,8 @@
     ├── ToolCallError                a tool call that names no tool, or whose arguments the tool does not take
     ├── PolicyError                  a scheduling policy that could not be run or whose answer is unusable
     ├── EndpointError                an agent's chat endpoint that cannot be reached or answers no chat completion
-    └── DayZeroError                 a DayZero workspace's loader or block that could not be run or gave nothing usable
+    ├── DayZeroError                 a DayZero workspace's loader or block that could not be run or gave nothing usable
+    └── SuiteError                   a benchmark suite, instance or run that cannot be loaded, found or resumed
 
 A measurement that fails the way an engine fails (out of memory, a refused config) is *not* an
 exception: it is returned as ``Telemetry.error`` so that an episode survives it.
@@ -41,6 +42,7 @@ __all__ = [
     "ModelSpecError",
     "RsiEnvError",
     "StoreError",
+    "SuiteError",
     "UnsafeFileError",
     "WorkloadError",
     "YamlError",
@@ -137,3 +139,7 @@ class EndpointError(RsiEnvError):
 
 class DayZeroError(RsiEnvError):
     """The workspace's loader or block could not be run, or gave something unusable (the message says why)."""
+
+
+class SuiteError(RsiEnvError):
+    """A benchmark suite or instance that cannot be loaded or found, or a run that cannot be resumed."""

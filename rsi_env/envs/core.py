@@ -103,12 +103,14 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
 
     ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
-    max_measurements=None, shell_timeout_s=10.0, promote_on_submit=False, warm_start=False,
-    sandbox="auto")``:
+    max_measurements=None, improvement_threshold=None, shell_timeout_s=10.0, promote_on_submit=False,
+    warm_start=False, sandbox="auto")``:
     ``model``/``hardware`` default to the task's;
     ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
     on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
-    does the same per episode); ``allow_fp8`` and ``max_measurements`` override the task's;
+    does the same per episode); ``allow_fp8``, ``max_measurements`` and ``improvement_threshold`` (the
+    gain over vLLM's defaults that submit needs, 0.05 for +5 %: a suite instance sets it from its
+    ceiling, `rsi_env.suite`) override the task's;
     ``promote_on_submit`` (sim tier only) re-measures the submitted configuration and vLLM's defaults
     on the real tier at submit, and the binary reward's guards — the output guard among them — are
     judged on those real measurements (`rsi_env.envs.promotion`); the continuous reward stays on sim,
@@ -181,14 +183,15 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
                  auto_bench: bool | None = None, seed: int | None = None, engine_version: str = "0.26",
                  num_gpus: int | None = None, allow_fp8: bool | None = None, max_measurements: int | None = None,
-                 shell_timeout_s: float = 10.0, promote_on_submit: bool = False,
-                 warm_start: bool | dict[str, Any] = False, sandbox: str = "auto",
+                 improvement_threshold: float | None = None, shell_timeout_s: float = 10.0,
+                 promote_on_submit: bool = False, warm_start: bool | dict[str, Any] = False, sandbox: str = "auto",
                  render_mode: str | None = None) -> None:
         # What a replay passes back (a family that records its own arguments has done so already: the first wins).
         RecordConstructorArgs.__init__(
             self, tier=tier, model=model, hardware=hardware, workloads=workloads, max_steps=max_steps,
             auto_bench=auto_bench, seed=seed, engine_version=engine_version, num_gpus=num_gpus, allow_fp8=allow_fp8,
-            max_measurements=max_measurements, shell_timeout_s=shell_timeout_s,
+            max_measurements=max_measurements, improvement_threshold=improvement_threshold,
+            shell_timeout_s=shell_timeout_s,
             promote_on_submit=promote_on_submit, warm_start=warm_start, sandbox=sandbox)
         self._held = _Held()
         weakref.finalize(self, self._held.close)  # an env dropped without close() leaves no workspace behind
@@ -208,6 +211,11 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
             self.task = replace(self.task, allow_fp8=bool(allow_fp8))
         if max_measurements is not None:
             self.task = replace(self.task, max_measurements=int(max_measurements))
+        if improvement_threshold is not None:
+            if not math.isfinite(improvement_threshold) or improvement_threshold <= -1.0:
+                raise RsiEnvError(f"improvement_threshold must be a finite gain above -1 (e.g. 0.05 for +5 %), "
+                                  f"got {improvement_threshold!r}")
+            self.task = replace(self.task, improvement_threshold=float(improvement_threshold))
         t = self.task
         self.shell_timeout_s = float(shell_timeout_s)
         # The step's budget for running the agent's code (`rsi_env.sandbox.deadline`): a hanging workspace

@@ -22,7 +22,7 @@ from rsi_env.engine.workload import Workload
 from rsi_env.envs.actions import BENCH, FLAG, KIND_NAMES
 from rsi_env.reward.guards import Verdict
 
-__all__ = ["CHARSET", "OBS_FIELDS", "TEXT_MAX", "Observing", "action_space", "clean", "observation_space"]
+__all__ = ["CHARSET", "EDIT_FIELD_MAX", "OBS_FIELDS", "TEXT_MAX", "Observing", "action_space", "clean", "observation_space"]
 
 OBS_FIELDS = ("out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
               "num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak", "mean_batch_size",
@@ -31,7 +31,7 @@ _RATIO = {"out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p5
           "mean_batch_size", "cost_per_mtok_usd"}
 TEXT_MAX = 2048
 CHARSET = string.printable
-_TEXT_FIELD_MAX = 8192
+EDIT_FIELD_MAX = 8192  # characters of an edit action's old and new
 _OBS_HIGH = 1e3
 
 
@@ -48,8 +48,8 @@ def action_space(n_flags: int) -> spaces.Dict:
         "flag": spaces.Discrete(n_flags),
         "value": spaces.Box(0.0, 1.0, shape=(), dtype=np.float32),
         "path": spaces.Text(256, charset=CHARSET),
-        "old": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
-        "new": spaces.Text(_TEXT_FIELD_MAX, min_length=0, charset=CHARSET),
+        "old": spaces.Text(EDIT_FIELD_MAX, min_length=0, charset=CHARSET),
+        "new": spaces.Text(EDIT_FIELD_MAX, min_length=0, charset=CHARSET),
         "command": spaces.Text(1024, charset=CHARSET),
     })
 

@@ -2,8 +2,8 @@
 
 Some sandboxed code needs the package itself — a BugFix workspace's engine runs on the simulator's cost
 model, DayZero's vLLM check runs the real tier's driver — but the installed package holds what an agent
-must never read: the code tasks' hidden checks and references (``catalog/code``), the bug catalogue
-and generator (``bugs``), the day-zero checks (``dayzero``), and, for BugFix, the clean originals of the
+must never read: the code tasks' hidden checks, generators and references (``catalog/code``, ``tasks``), the
+benchmark suites with their reference configurations (``catalog/suites``), and, for BugFix, the clean originals of the
 very modules the agent repairs. A runtime is the package's Python sources and public catalog data,
 copied into a private folder, with those parts left out and ``shadow`` modules replaced by a stub that
 imports the workspace's own module in their place (``rsi_env.sim.kv_cache`` becomes the workspace's
@@ -28,7 +28,7 @@ __all__ = ["EXCLUDED", "package_runtime", "shadow_stub"]
 
 PACKAGE = Path(rsi_env.__file__).resolve().parent
 # Parts of the package no sandbox ever sees (relative to the package folder).
-EXCLUDED = ("catalog/code", "tasks")
+EXCLUDED = ("catalog/code", "catalog/suites", "tasks")
 _DATA = (".py", ".yaml", ".json")
 _RUNTIMES: dict[str, tempfile.TemporaryDirectory[str]] = {}
 

@@ -38,11 +38,13 @@ MEASUREMENT_COLUMNS = (
     "extra")
 EPISODE_COLUMNS = ("id", "created", "task", "kwargs", "seed", "actions", "rewards", "final_config", "best_score",
                    "passed", "steps", "measurements", "source", "extra")
+TRAJECTORY_COLUMNS = ("id", "created", "suite", "instance", "agent", "attempt", "episode", "passed", "reward", "result",
+                      "messages", "observations")
 CALIBRATION_COLUMNS = ("id", "created", "hardware", "engine_version", "rows_used", "held_out_error", "provenance",
                        "path")
 JSON_COLUMNS = frozenset({"model_features", "hardware_features", "workload_spec", "workload_stats", "config",
                           "resolved", "telemetry", "extra", "kwargs", "actions", "rewards", "final_config",
-                          "held_out_error", "provenance"})
+                          "held_out_error", "provenance", "result", "messages", "observations"})
 _BUSY_MS = 60_000
 
 
@@ -213,6 +215,13 @@ class ExperienceStore:
             conn.executemany(f"INSERT OR IGNORE INTO episodes ({cols}) VALUES ({marks})", values)
             return conn.total_changes - before
 
+    def add_trajectory(self, row: Mapping[str, Any]) -> None:
+        """Insert (or replace: an attempt run again) one suite attempt (a dict of `TRAJECTORY_COLUMNS`)."""
+        cols = ", ".join(TRAJECTORY_COLUMNS)
+        with self.transaction() as conn:
+            conn.execute(f"INSERT OR REPLACE INTO trajectories ({cols}) VALUES "
+                         f"({', '.join('?' * len(TRAJECTORY_COLUMNS))})", encode(row, TRAJECTORY_COLUMNS))
+
     def add_calibration(self, row: Mapping[str, Any]) -> None:
         cols = ", ".join(CALIBRATION_COLUMNS)
         with self.transaction() as conn:
@@ -230,6 +239,11 @@ class ExperienceStore:
 
     def episodes(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         sql = "SELECT * FROM episodes" + (f" WHERE {where}" if where else "") + " ORDER BY created"
+        return [decode(r) for r in self.conn.execute(sql, tuple(params))]
+
+    def trajectories(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Suite attempts (JSON decoded), oldest first; ``where`` is an SQL condition on the columns."""
+        sql = "SELECT * FROM trajectories" + (f" WHERE {where}" if where else "") + " ORDER BY created"
         return [decode(r) for r in self.conn.execute(sql, tuple(params))]
 
     def calibrations(self) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from rsi_env.errors import StoreError
 from rsi_env.store.db import ExperienceStore, default_store_url, now, parse_store_url
 
 __all__ = ["REAL_EXTRAS", "config_key", "current_source", "default_store", "hardware_features", "measurement_rows",
-           "record_episode", "record_measurements", "recording", "workload_stats"]
+           "record_episode", "record_measurements", "recording", "warn_once", "workload_stats"]
 
 # What a real measurement keeps beside its telemetry (the ``extra`` column): its engine's start-up, its own wall
 # time, vLLM's counters, the usage context and the machine it ran on (`rsi_env.real.host`).
@@ -120,7 +120,8 @@ def measurement_rows(tier: str, engine_version: str, cfg: EngineConfig, model: M
     return rows
 
 
-def _warn_once(what: str, exc: BaseException) -> None:
+def warn_once(what: str, exc: BaseException) -> None:
+    """Warn, once per process and ``what`` (e.g. "record an episode"), that the store could not be written."""
     if what not in _WARNED:
         _WARNED.add(what)
         warnings.warn(f"rsi-env: the experience store could not {what} ({exc}); measurements go on unrecorded. "
@@ -140,7 +141,7 @@ def record_measurements(tier: str, engine_version: str, cfg: EngineConfig, model
             return 0
         return st.add_measurements(measurement_rows(tier, engine_version, cfg, model, hw, workloads, tels, **kw))
     except (StoreError, sqlite3.Error, OSError) as exc:
-        _warn_once("record measurements", exc)
+        warn_once("record measurements", exc)
         return 0
 
 
@@ -160,5 +161,5 @@ def record_episode(state: Mapping[str, Any], *, episode_id: str, best_score: flo
                         "extra": plain(dict(extra or {}))})
         return True
     except (StoreError, sqlite3.Error, OSError) as exc:
-        _warn_once("record an episode", exc)
+        warn_once("record an episode", exc)
         return False

@@ -75,5 +75,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX measurements_tier ON measurements(tier, hardware, engine_version)",
     ),
+    # 3: a benchmark suite's attempts: the episode an agent played on an instance, its conversation and result.
+    (
+        """CREATE TABLE trajectories (
+            id TEXT PRIMARY KEY,               -- suite run's attempt key: run/instance/agent/attempt
+            created REAL NOT NULL,
+            suite TEXT NOT NULL,               -- suite id and content digest: rsi-bench-v1@<digest>
+            instance TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            episode TEXT,                      -- episodes.id of the env's own record (actions, rewards)
+            passed INTEGER NOT NULL,
+            reward REAL NOT NULL,
+            result TEXT NOT NULL,              -- JSON: the attempt's outcome (steps, measurements, tokens, ...)
+            messages TEXT NOT NULL,            -- JSON: an LLM agent's messages and tool calls, with their results
+            observations TEXT NOT NULL         -- JSON: the observation text after each step
+        )""",
+        "CREATE INDEX trajectories_run ON trajectories(suite, agent, instance)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

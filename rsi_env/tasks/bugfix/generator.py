@@ -45,7 +45,7 @@ from rsi_env.tasks.bugfix.mutations import MUTATIONS_FILE, apply_mutations, load
 from rsi_env.tasks.bugfix.templates import clean_workspace
 
 __all__ = ["INSTANCES_FILE", "Instance", "catalogue_hash", "generate", "instance_for", "task_workloads",
-           "visible_tests_fail"]
+           "verified_seeds", "visible_tests_fail"]
 
 INSTANCES_FILE = CODE_DIR / "bugfix" / "instances.yaml"
 WORKLOAD_DIR = CODE_DIR / "bugfix" / "workloads"
@@ -159,6 +159,11 @@ def _table() -> dict[int, Instance]:
 
 
 _LIVE: dict[tuple[int, str], Instance] = {}
+
+
+def verified_seeds() -> list[int]:
+    """The seeds of the precomputed instance table (none while it is stale: rebuild it with ``main``)."""
+    return sorted(_table())
 
 
 def instance_for(seed: int, backend: str = "auto") -> Instance:

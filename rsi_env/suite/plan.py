@@ -1,0 +1,120 @@
+"""What ``rsi-bench-v1`` is drawn from: the candidate instances `rsi_env.suite.build` freezes (or leaves out).
+
+Three fronts, as the field's benchmarks split inference engineering:
+
+- **optimisation**: each flag family (KVCache, Batching, PrefixCache, Quantization, Parallelism) over
+  models x chips x workload mixes — the grid below, in a fixed shuffled order, `FLAG_PER_FAMILY` kept per
+  family once their ceilings are found (a candidate without headroom over vLLM's defaults is left out); the
+  Scheduler over models and workload sets; the Kernel over ops x dtypes.
+- **day-zero**: every DayZero feature.
+- **bug-fixing**: every verified BugFix instance, and every verified VLLMBugFix instance where the family
+  is installed.
+
+A candidate's id says what it is (``opt-batching-llama-3.1-8b-h200-short_long+many_small``); its env
+kwargs and reset seed pin it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FLAG_PER_FAMILY", "Candidate", "candidates"]
+
+FLAG_PER_FAMILY = 20
+_ORDER_SEED = 20261205  # the fixed shuffle that decides which candidates of a family are tried first
+
+# Per flag family: its env id, and the models, chips, workload mixes and extra kwargs to draw from.
+_FLAG_GRID: dict[str, dict[str, Any]] = {
+    "KVCache": {"env_id": "RSI/KVCache-v0",
+                "models": ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b", "llama-3.2-1b", "qwen3-30b-a3b"],
+                "hardware": ["l4", "l40s", "a100-80gb", "h100-sxm", "h200"],
+                "mixes": [["rag_chat", "shared_prefix_chat"], ["long_context", "rag_chat"],
+                          ["shared_prefix_chat", "many_small"]]},
+    "Batching": {"env_id": "RSI/Batching-v0",
+                 "models": ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "llama-3.2-1b", "qwen3-30b-a3b"],
+                 "hardware": ["h200", "h100-sxm", "a100-80gb", "l40s", "b200", "mi300x"],
+                 "mixes": [["short_long", "many_small"], ["many_small", "long_context"], ["short_long", "rag_chat"]]},
+    "PrefixCache": {"env_id": "RSI/PrefixCache-v0",
+                    "models": ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "llama-3.2-1b", "qwen3-30b-a3b"],
+                    "hardware": ["h200", "h100-sxm", "a100-80gb", "l40s", "l4"],
+                    "mixes": [["shared_prefix_chat", "shared_prefix_many"], ["shared_prefix_many", "rag_chat"],
+                              ["shared_prefix_chat", "rag_chat"]]},
+    "Quantization": {"env_id": "RSI/Quantization-v0",
+                     "models": ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "llama-3.2-1b", "qwen3-30b-a3b"],
+                     "hardware": ["h200", "h100-sxm", "l40s", "l4", "b200"],
+                     "mixes": [["short_long", "long_context"], ["many_small", "rag_chat"]]},
+    "Parallelism": {"env_id": "RSI/Parallelism-v0",
+                    "models": ["llama-3.1-70b", "qwen3-30b-a3b", "llama-3.1-8b"],
+                    "hardware": ["h200", "h100-sxm", "a100-80gb", "b200", "mi300x"],
+                    "mixes": [["short_long", "long_context"], ["many_small", "rag_chat"]],
+                    "extra": [{"num_gpus": 8}, {"num_gpus": 4}]},
+}
+# The Scheduler: models on the task's chip, over the task's workload sets, seeds for the workloads' draws.
+_SCHEDULER_MODELS = ("qwen2.5-7b", "llama-3.1-8b", "mistral-7b")
+_SCHEDULER_MIXES = (("bursty_chat", "mixed_rag"), ("bursty_chat",), ("mixed_rag",))
+_SCHEDULER_SEEDS = (0, 1)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An instance before it is frozen: which env, which kwargs and seed, which front and family."""
+
+    id: str
+    kind: str                      # "flag" or "code"
+    front: str
+    family: str
+    env_id: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+
+def _slug(kwargs: Mapping[str, Any]) -> str:
+    parts = [str(kwargs.get("model", "")), str(kwargs.get("hardware", "")), "+".join(kwargs.get("workloads", []))]
+    parts += [f"{v}{k.replace('num_', '').replace('_', '')}" for k, v in sorted(kwargs.items())
+              if k not in ("model", "hardware", "workloads")]
+    return "-".join(p for p in parts if p)
+
+
+def flag_candidates() -> list[Candidate]:
+    """Every flag family's grid, each family in its fixed shuffled order (the build keeps the first that fit)."""
+    out = []
+    for family, g in _FLAG_GRID.items():
+        combos = list(itertools.product(g["models"], g["hardware"], g["mixes"], g.get("extra", [{}])))
+        random.Random(f"{_ORDER_SEED}/{family}").shuffle(combos)
+        for model, hw, mix, extra in combos:
+            kwargs = {"model": model, "hardware": hw, "workloads": list(mix), **extra}
+            out.append(Candidate(f"opt-{family.lower()}-{_slug(kwargs)}", "flag", "optimisation", family,
+                                 g["env_id"], kwargs))
+    return out
+
+
+def _code(front: str, family: str, env_id: str, name: str, kwargs: Mapping[str, Any], seed: int) -> Candidate:
+    prefix = {"optimisation": "opt", "day-zero": "dz", "bug-fixing": "bug"}[front]
+    return Candidate(f"{prefix}-{family.lower()}-{name}", "code", front, family, env_id, dict(kwargs), seed)
+
+
+def code_candidates() -> list[Candidate]:
+    """The code families' instances: what each family's own catalogue pins."""
+    out = []
+    for model, mix, seed in itertools.product(_SCHEDULER_MODELS, _SCHEDULER_MIXES, _SCHEDULER_SEEDS):
+        kwargs = {"model": model, "hardware": "l4", "workloads": list(mix)}
+        out.append(_code("optimisation", "Scheduler", "RSI/Scheduler-v0", f"{_slug(kwargs)}-s{seed}", kwargs, seed))
+    for fam, front in (("kernel", "optimisation"), ("dayzero", "day-zero"), ("bugfix", "bug-fixing"),
+                       ("vllm_bugfix", "bug-fixing")):
+        try:
+            module = importlib.import_module(f"rsi_env.tasks.{fam}.instances")
+        except ModuleNotFoundError:
+            continue
+        for name, env_id, kwargs, seed in module.suite_instances():
+            out.append(_code(front, module.FAMILY, env_id, name, kwargs, seed))
+    return out
+
+
+def candidates() -> list[Candidate]:
+    """Every candidate of the suite, flag families first."""
+    return flag_candidates() + code_candidates()
