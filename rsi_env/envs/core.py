@@ -104,13 +104,14 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
     ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
     max_measurements=None, improvement_threshold=None, shell_timeout_s=10.0, promote_on_submit=False,
-    warm_start=False, sandbox="auto")``:
+    warm_start=False, sandbox="auto", variant=None)``:
     ``model``/``hardware`` default to the task's;
     ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
     on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
     does the same per episode); ``allow_fp8``, ``max_measurements`` and ``improvement_threshold`` (the
     gain over vLLM's defaults that submit needs, 0.05 for +5 %: a suite instance sets it from its
-    ceiling, `rsi_env.suite`) override the task's;
+    ceiling, `rsi_env.suite`) override the task's; ``variant`` picks another setting the task's data
+    declares under the same id (e.g. ``"l4"``: the task as first defined on an L4, sim tier only);
     ``promote_on_submit`` (sim tier only) re-measures the submitted configuration and vLLM's defaults
     on the real tier at submit, and the binary reward's guards — the output guard among them — are
     judged on those real measurements (`rsi_env.envs.promotion`); the continuous reward stays on sim,
@@ -185,17 +186,23 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
                  num_gpus: int | None = None, allow_fp8: bool | None = None, max_measurements: int | None = None,
                  improvement_threshold: float | None = None, shell_timeout_s: float = 10.0,
                  promote_on_submit: bool = False, warm_start: bool | dict[str, Any] = False, sandbox: str = "auto",
-                 render_mode: str | None = None) -> None:
+                 variant: str | None = None, render_mode: str | None = None) -> None:
         # What a replay passes back (a family that records its own arguments has done so already: the first wins).
         RecordConstructorArgs.__init__(
             self, tier=tier, model=model, hardware=hardware, workloads=workloads, max_steps=max_steps,
             auto_bench=auto_bench, seed=seed, engine_version=engine_version, num_gpus=num_gpus, allow_fp8=allow_fp8,
             max_measurements=max_measurements, improvement_threshold=improvement_threshold,
             shell_timeout_s=shell_timeout_s,
-            promote_on_submit=promote_on_submit, warm_start=warm_start, sandbox=sandbox)
+            promote_on_submit=promote_on_submit, warm_start=warm_start, sandbox=sandbox, variant=variant)
         self._held = _Held()
         weakref.finalize(self, self._held.close)  # an env dropped without close() leaves no workspace behind
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
+        if variant is not None:
+            self.task = load_task(self.task.id, variant)
+        kind = tier.split(":")[0]
+        if kind in ("sim", "real", "endpoint") and kind not in self.task.tiers:
+            where = f"{self.task.id}" + (f" (variant {self.task.variant!r})" if self.task.variant else "")
+            raise RsiEnvError(f"{where} runs on the {' and '.join(self.task.tiers)} tier(s), not {tier!r}")
         self.no_sandbox: str | None = None  # why shell commands are refused (a flag task on a machine without one)
         try:
             self.sandbox_backend = resolve_backend(sandbox)
@@ -225,6 +232,9 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
         self.tier_name = tier
         if promote_on_submit and tier != "sim":
             raise RsiEnvError("promote_on_submit promotes a sim-tier search to the real tier: use tier='sim'")
+        if promote_on_submit and "real" not in self.task.tiers:
+            raise RsiEnvError(f"{self.task.id} (variant {self.task.variant!r}) runs on the sim tier only: nothing to "
+                              "promote it to")
         if promote_on_submit and not self.promotable:
             raise RsiEnvError(f"{self.task.id} cannot be promoted: the real tier does not run what its agent edits")
         self.promoter = Promoter() if promote_on_submit else None

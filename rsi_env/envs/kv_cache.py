@@ -1,4 +1,4 @@
-"""RSI/KVCache-v0.
+"""RSI/KVCache-v1 and RSI/KVCache-v0.
 
 Tune the paged KV cache (memory share, block size, prefix caching, context length) for goodput under SLOs.
 """
@@ -7,10 +7,56 @@ from __future__ import annotations
 
 from rsi_env.envs.core import RsiEnv
 
-__all__ = ["KVCacheEnv"]
+__all__ = ["KVCacheEnv", "KVCacheEnvV0"]
 
 
 class KVCacheEnv(RsiEnv):
+    """Tune vLLM's paged KV cache for goodput under latency SLOs, on a GPU shared with a co-tenant.
+
+    ## Description
+
+    Long-context requests and retrieval-augmented chat (``long_context``, ``rag_chat``), driven by 256
+    concurrent users, served by Llama-3.1-8B on an H200 that another tenant shares: the operators gave this
+    engine 25 % of the GPU's memory (``gpu_memory_utilization`` 0.25) and allow it 30 % at most. What is left
+    for the KV cache after the weights, and how it is used — the block size, prefix caching, the longest
+    sequence vLLM promises to serve (``max_model_len``) and, only where the task allows fp8, the KV-cache
+    precision — decide how many requests fit and how often they are preempted. The objective is goodput
+    (requests/s meeting TTFT <= 5 s and TPOT <= 100 ms), as a ratio to the starting configuration; at submit
+    80 % of each workload's requests must meet them.
+
+    ## Arguments, Action Space, Observation Space
+
+    As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
+    llama-3.1-8b on h200. ``variant="l4"`` is RSI/KVCache-v0's setting (Qwen2.5-7B on a whole 24 GB L4, 48
+    users, ``rag_chat`` and ``shared_prefix_chat``, TPOT <= 200 ms), on the sim tier only.
+
+    ## Rewards
+
+    Continuous: the objective's log-ratio gain over the best so far, the starting configuration scoring 0
+    (only new bests pay), minus each measurement's simulated GPU-seconds x 0.0002. Binary, on submit: +1 if
+    the workloads are untouched, the precision is as the task fixes it, every workload measured without error
+    and met its SLO attainment, and the objective beats the start by 5%.
+
+    ## Starting State
+
+    vLLM 0.26's defaults with the co-tenant's memory share (``gpu_memory_utilization: 0.25``) written to
+    ``serving.yaml``, measured as the baseline.
+
+    ## Episode End
+
+    Terminates on submit; truncates after ``max_steps`` (40) steps. At most 30 measurements.
+
+    ## Version History
+
+    * v1: runs on hardware the project has: an H200 shared with a co-tenant, so that the KV cache is the
+      constraint (the whole H200 leaves an 8B model's cache nearly unbounded); v0's L4 is ``variant="l4"``.
+    * v0: Qwen2.5-7B on an L4 at 48 users (`KVCacheEnvV0`).
+    """
+
+    task_id = "RSI/KVCache-v1"
+
+
+class KVCacheEnvV0(KVCacheEnv):
     """Tune vLLM's paged KV cache for goodput under latency SLOs.
 
     ## Description

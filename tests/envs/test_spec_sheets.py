@@ -26,11 +26,14 @@ TASK_DATA = {
     "RSI/BugFix-v0": "3b3ad18f5625",
     "RSI/DayZero-v0": "8c5edd6539ae",
     "RSI/KVCache-v0": "af04d35cb603",
+    "RSI/KVCache-v1": "cc834c856bca",
     "RSI/Kernel-v0": "5060483498c6",
     "RSI/Parallelism-v0": "d72a390a58b4",
     "RSI/PrefixCache-v0": "9a21c07471c4",
     "RSI/Quantization-v0": "f578924f744a",
     "RSI/Scheduler-v0": "dc5e5ba0fa63",
+    "RSI/Scheduler-v1": "97e686e37391",
+    "RSI/VLLMBugFix-v0": "93dd8d7b1325",
 }
 
 
