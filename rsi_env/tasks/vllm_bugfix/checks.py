@@ -1,0 +1,230 @@
+"""RSI/VLLMBugFix-v0's hidden checks: the workspace's vLLM serves a hidden job exactly as the clean vLLM does.
+
+One engine start in a fresh sandbox (`rsi_env.tasks.vllm_bugfix.runs.run_engine`) serves the phases of
+``catalog/code/vllm_bugfix/hidden/checks.yaml`` (token-id requests drawn from seeds no agent sees); the
+same job on the installed vLLM as it is, with the task's clean deployment, is the reference
+(`rsi_env.tasks.vllm_bugfix.runs.clean_run`, remembered per vLLM version). The checks:
+
+- ``engine serves the job``: the engine starts with the workspace's ``engine_args.yaml`` (no refusal, no
+  out-of-memory, no exception) and every request of every phase gets all its tokens, within the phase's
+  step and time budget (a stalled engine is stopped, not waited for);
+- ``engine configuration``: the configuration the engine resolved (token budget, batch size, chunked
+  prefill and its threshold, block size and count, prefix caching, dtype, ...) equals the clean one;
+- ``greedy tokens``: every request's greedy output tokens equal the clean engine's;
+- ``prefix cache``: vLLM's own prefix-cache counters (queried and hit tokens) equal the clean engine's in
+  every phase;
+- ``preemptions``: vLLM's preemption counter equals the clean engine's in every phase;
+- ``KV blocks free``: once every request finished, vLLM's block pool holds as many free blocks as the
+  clean engine's;
+- ``throughput``: on the throughput phase, the engine takes the clean engine's number of steps and makes
+  at least `THROUGHPUT_FLOOR` of its output tokens per engine-second (best of its repetitions; CPU
+  seconds on a CPU build, `rsi_env.tasks.vllm_bugfix.runs.engine_seconds`). A shortfall is measured
+  again against a fresh clean run (the host's load moves both), and passes if it clears either.
+
+Everything the engine reports comes from a process that ran the agent's code, so nothing it says is
+believed on its own: each number must equal the clean engine's on requests the agent never saw, and
+the reasons name what differs, never the clean values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import yaml
+
+from rsi_env.engine.workload import Workload
+from rsi_env.errors import RsiEnvError
+from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
+from rsi_env.tasks.vllm_bugfix.runs import (
+    ENGINE_ARGS,
+    TIMEOUT_S,
+    EngineRun,
+    clean_run,
+    engine_seconds,
+    job_for,
+    run_engine,
+)
+
+__all__ = ["CHECK_NAMES", "CHECKS_FILE", "CLEAN_DEPLOYMENT", "THROUGHPUT_FLOOR", "check_workspace",
+           "clean_deployment", "hidden_job", "judge", "served", "throughput_ratio"]
+
+CHECKS_FILE = CODE_DIR / "vllm_bugfix" / "hidden" / "checks.yaml"
+CLEAN_DEPLOYMENT = CODE_DIR / "vllm_bugfix" / "engine_args.yaml"
+CHECK_NAMES = ("engine serves the job", "engine configuration", "greedy tokens", "prefix cache", "preemptions",
+               "KV blocks free", "throughput")
+THROUGHPUT_FLOOR = 0.95
+_VERDICTS: OrderedDict[str, tuple[CheckResult, ...]] = OrderedDict()
+
+
+@cache
+def _spec() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(CHECKS_FILE.read_text())
+    return data
+
+
+def clean_deployment() -> str:
+    """The deployment's ``engine_args.yaml`` as the task ships it: the reference every instance is judged against."""
+    return CLEAN_DEPLOYMENT.read_text()
+
+
+@cache
+def _hidden_job_text() -> str:
+    s = _spec()
+    ws = [Workload.from_dict(p["workload"]) for p in s["phases"]]
+    return json.dumps(job_for(ws, {p["workload"]["name"]: int(p.get("reps", 1)) for p in s["phases"]}))
+
+
+def hidden_job() -> dict[str, Any]:
+    """The hidden checks' job for the harness (its prompts drawn from the spec's seeds)."""
+    job: dict[str, Any] = json.loads(_hidden_job_text())
+    return job
+
+
+def served(run: EngineRun) -> str | None:
+    """Why the run did not serve its whole job (an error, a stall, a request short of tokens), or None."""
+    if run.error is not None:
+        return run.error
+    out = run.out
+    err = out.get("error")
+    if isinstance(err, dict):
+        return (f"the engine failed during {err.get('stage')}: {err.get('type')}: {str(err.get('message'))[:600]}\n"
+                f"{str(err.get('traceback', ''))[-1500:]}")
+    if err is not None:
+        return "the engine's report names an error it does not describe"
+    return None
+
+
+def _phase_problems(out: Mapping[str, Any], job: Mapping[str, Any]) -> list[str]:
+    """What each phase left undone: a stall, a repetition missing, a request short of its tokens."""
+    raw = out.get("phases")
+    phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    bad = []
+    for ph in job["phases"]:
+        reps = phases.get(ph["name"])
+        if not isinstance(reps, list) or len(reps) != len(ph["reps"]):
+            bad.append(f"{ph['name']}: not served")
+            continue
+        for k, (rep, want) in enumerate(zip(reps, ph["reps"], strict=True)):
+            if not isinstance(rep, dict):
+                bad.append(f"{ph['name']}[{k}]: unreadable")
+            elif rep.get("stalled"):
+                bad.append(f"{ph['name']}[{k}]: stalled: {str(rep['stalled'])[:200]}")
+            else:
+                toks = rep.get("tokens")
+                short = (sum(1 for t, (_, m) in zip(toks, want, strict=True) if not isinstance(t, list) or len(t) != m)
+                         if isinstance(toks, list) and len(toks) == len(want) else len(want))
+                if short:
+                    bad.append(f"{ph['name']}[{k}]: {short} of {len(want)} requests did not get all their tokens")
+    return bad
+
+
+def _per_rep(out: Mapping[str, Any], key: str) -> dict[str, list[Any]]:
+    phases = out.get("phases") or {}
+    return {name: [r.get(key) if isinstance(r, dict) else None for r in reps] for name, reps in phases.items()
+            if isinstance(reps, list)}
+
+
+def _differing(got: Mapping[str, Any], clean: Mapping[str, Any], key: str) -> list[str]:
+    g, c = _per_rep(got, key), _per_rep(clean, key)
+    return [f"{name}[{k}]" for name, reps in c.items() for k, v in enumerate(reps)
+            if k >= len(g.get(name, [])) or g[name][k] != v]
+
+
+def throughput_ratio(got: Mapping[str, Any], clean: Mapping[str, Any]) -> float | None:
+    """The throughput phase's output tokens per engine-second, the workspace's over the clean engine's (best of
+    their repetitions; the clean run's device decides what an engine-second is); None where it cannot be read."""
+    name = _spec()["throughput_phase"]
+    try:
+        device = clean.get("device")
+        best = [min(engine_seconds(r, device) for r in run["phases"][name]) for run in (got, clean)]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(isinstance(b, float) and b > 0 for b in best):
+        return None
+    return best[1] / best[0]  # equal tokens on both sides: the rate's ratio is the time's inverse ratio
+
+
+def judge(got: EngineRun, clean: Mapping[str, Any], job: Mapping[str, Any],
+          fresh_clean: Mapping[str, Any] | None = None) -> list[CheckResult]:
+    """The checks on ``got`` against the clean engine's report on the same job (see the module docstring)."""
+    why = served(got)
+    problems = [] if why is not None else _phase_problems(got.out, job)
+    if why is not None or problems:
+        reason = why if why is not None else "; ".join(problems)[:1500]
+        return [CheckResult(n, False, reason if n == CHECK_NAMES[0] else "not judged: the engine did not serve "
+                            "the job") for n in CHECK_NAMES]
+    out = got.out
+    res = [CheckResult(CHECK_NAMES[0], True)]
+    resolved, want = out.get("resolved"), clean["resolved"]
+    differ = sorted(k for k in want if not isinstance(resolved, dict) or resolved.get(k) != want[k])
+    res.append(CheckResult("engine configuration", not differ,
+                           f"the engine resolved {differ} differently from the clean deployment" if differ else ""))
+    tokens = _differing(out, clean, "tokens")
+    res.append(CheckResult("greedy tokens", not tokens,
+                           f"greedy tokens differ from the clean engine's in {tokens}" if tokens else ""))
+    prefix = sorted(set(_differing(out, clean, "prefix_hits") + _differing(out, clean, "prefix_queries")))
+    res.append(CheckResult("prefix cache", not prefix,
+                           f"prefix-cache queries or hits differ from the clean engine's in {prefix}" if prefix else ""))
+    pre = _differing(out, clean, "preemptions")
+    res.append(CheckResult("preemptions", not pre, f"preemptions differ from the clean engine's in {pre}" if pre else ""))
+    free_ok = out.get("free_blocks") == clean.get("free_blocks") and out.get("num_blocks") == clean.get("num_blocks")
+    res.append(CheckResult("KV blocks free", free_ok, "" if free_ok else
+                           f"{out.get('free_blocks')} of {out.get('num_blocks')} KV blocks free once every request "
+                           "finished: not what the clean engine leaves"))
+    res.append(_throughput(out, clean, fresh_clean))
+    return res
+
+
+def _throughput(out: Mapping[str, Any], clean: Mapping[str, Any], fresh: Mapping[str, Any] | None) -> CheckResult:
+    name = _spec()["throughput_phase"]
+    steps = _differing(out, clean, "steps")
+    if any(s.startswith(f"{name}[") for s in steps):
+        return CheckResult("throughput", False, f"{name} took a different number of engine steps from the clean "
+                                                "engine's (a different schedule)")
+    ratios = [r for c in (clean, fresh) if c is not None and (r := throughput_ratio(out, c)) is not None]
+    if not ratios:
+        return CheckResult("throughput", False, "the throughput phase's engine time cannot be read")
+    best = max(ratios)
+    return CheckResult("throughput", best >= THROUGHPUT_FLOOR, "" if best >= THROUGHPUT_FLOOR else
+                       f"{best:.2f}x the clean engine's output tokens per engine-second (the bar: "
+                       f"{THROUGHPUT_FLOOR:.2f}x)")
+
+
+def check_workspace(files: Mapping[str, str], shadowed: Sequence[str], backend: str = "bubblewrap",
+                    fresh: bool = False, timeout_s: float = TIMEOUT_S) -> list[CheckResult]:
+    """The hidden checks on the workspace's ``engine_args.yaml`` and its copies of ``shadowed``.
+
+    A verdict on exact file texts is remembered for the process; ``fresh`` judges anew whatever was
+    remembered (a submission is judged from a clean start). `RsiEnvError` where the clean engine itself
+    cannot serve the job on this machine.
+    """
+    job = hidden_job()
+    sent = {f: files.get(f) for f in (ENGINE_ARGS, *sorted(shadowed))}
+    key = hashlib.sha256(json.dumps([sent, backend], sort_keys=True).encode()).hexdigest()
+    if not fresh and key in _VERDICTS:
+        return list(_VERDICTS[key])
+    clean = _clean(job, backend, fresh=False)
+    got = run_engine(files, job, tuple(shadowed), backend, timeout_s)
+    verdict = judge(got, clean, job)
+    if not verdict[-1].ok and verdict[0].ok and not verdict[-1].reason.endswith("schedule)"):
+        verdict = judge(got, clean, job, _clean(job, backend, fresh=True))  # the host's load moved: measure again
+    if not got.timed_out:  # a timeout says as much about the machine's load as about the text: not remembered
+        _VERDICTS[key] = tuple(verdict)
+        if len(_VERDICTS) > 128:
+            _VERDICTS.popitem(last=False)
+    return verdict
+
+
+def _clean(job: Mapping[str, Any], backend: str, fresh: bool) -> dict[str, Any]:
+    """The clean engine's report on ``job`` (remembered on disk, or run anew where ``fresh``)."""
+    run = run_engine({ENGINE_ARGS: clean_deployment()}, job, (), backend, trusted=True) if fresh else \
+        clean_run(job, clean_deployment(), backend)
+    why = served(run)
+    if why is not None:
+        raise RsiEnvError(f"the clean vLLM cannot serve the hidden checks' job on this machine: {why[:800]}")
+    return run.out
