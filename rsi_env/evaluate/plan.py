@@ -15,6 +15,8 @@ promote:
   startup_s: 75                 # an engine start, for the time estimate of each configuration
   min_agreement: 0.9            # output guard: share of sampled requests whose greedy tokens match the defaults'
   probes: [{name: kv_fp8, flags: {kv_cache_dtype: fp8}}]   # measured last, outside the fidelity numbers:
+                                # (a probe may instead or also name ``policy: reference``: a scheduling task's
+                                # reference policy, its keys computed on sim and run by the real engine's scheduler)
                                 # changes the output guard should catch
 candidates: configs/eval/batching_h200.candidates.json   # search stage's output (committed for GPU runs)
 out: results/eval/batching_h200                          # promote's real.jsonl, report's report.{json,md}
@@ -84,9 +86,11 @@ class EvalPlan:
             search = SearchSpec(**(raw.get("search") or {}))
             praw = dict(raw.get("promote") or {})
             probes = tuple(praw.pop("probes", None) or ())
-            bad = [p for p in probes if not isinstance(p, dict) or set(p) != {"name", "flags"}]
+            bad = [p for p in probes if not isinstance(p, dict) or "name" not in p
+                   or not set(p) <= {"name", "flags", "policy"} or not ({"flags", "policy"} & set(p))]
             if bad:
-                raise RsiEnvError(f"eval plan {source}: each probe is {{name: ..., flags: {{...}}}}, got {bad[0]!r}")
+                raise RsiEnvError(f"eval plan {source}: each probe is {{name: ..., flags: {{...}}, policy: "
+                                  f"reference (a scheduling task's)}}, with flags or a policy, got {bad[0]!r}")
             promote = PromoteSpec(**praw, probes=probes)
         except TypeError as exc:
             raise RsiEnvError(f"eval plan {source}: {exc}") from None

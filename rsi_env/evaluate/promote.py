@@ -32,9 +32,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
+from rsi_env.engine.policy import PolicyKeys
+from rsi_env.engine.tier import Tier
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.evaluate.plan import EvalPlan, load_plan
@@ -98,17 +102,24 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: l
     tier = RealTier(timeout_s=timeout_s, record_tokens=plan.promote.record_tokens, env=env)
     running[entry["name"]] = tier
     workloads = [Workload.from_dict(w) for w in doc["workloads"]]
+    # A scheduling policy's keys (computed on sim by the search stage) order vLLM's scheduler; such a run is not
+    # recorded in the store, which has no field for a policy (`ScheduledTier`).
+    measure: Tier = Recorded(tier)
+    if entry.get("policy_keys"):
+        measure = tier.scheduled({w: PolicyKeys(np.asarray(k["waiting"], dtype=float), np.asarray(k["victim"], dtype=float))
+                                  for w, k in entry["policy_keys"].items()})
     t0 = time.monotonic()
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        tels = Recorded(tier).measure_all(EngineConfig.from_dict(entry["flags"]), load_model(doc["model"]),
-                                          load_hardware(doc["hardware"]), workloads)
+        tels = measure.measure_all(EngineConfig.from_dict(entry["flags"]), load_model(doc["model"]),
+                                   load_hardware(doc["hardware"]), workloads)
     finally:
         running.pop(entry["name"], None)
     wall = time.monotonic() - t0
     rows = {r["workload"]: r for r in tier.last_rows}
     row = {
-        "name": entry["name"], "flags": entry["flags"], "gpus": [g for g in gpus if g], "num_gpus": entry["num_gpus"],
+        "name": entry["name"], "flags": entry["flags"], "policy": entry.get("policy"),
+        "gpus": [g for g in gpus if g], "num_gpus": entry["num_gpus"],
         "started": when, "wall_s": round(wall, 2), "gpu_s": round(wall * entry["num_gpus"], 2),
         "startup_s": next((r["startup_s"] for r in rows.values()), None),
         "vllm_version": tier.engine_version, "workloads": [w.name for w in workloads],

@@ -14,14 +14,16 @@ promoted; if that leaves fewer than ``top_k``, the best of the rest fill the lis
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rsi_env.engine.config import EngineConfig
+from rsi_env.errors import RsiEnvError
 from rsi_env.evaluate.plan import EvalPlan
 
 __all__ = ["Searcher", "default_searcher", "estimate_real_s", "run_search", "select_candidates"]
@@ -81,16 +83,22 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
         env.reset(seed=plan.seed)
         cal = env.base_tels[0].calibration if env.base_tels else None  # every Telemetry names its calibration
 
-        def entry(name: str, flags: Mapping[str, Any]) -> dict[str, Any]:
+        def entry(name: str, flags: Mapping[str, Any], policy: str | None = None) -> dict[str, Any]:
             cfg = EngineConfig.from_dict(dict(flags))
-            scored = env.problem.score(cfg)
+            with _policy(env, policy) as keys:
+                scored = env.problem.score(cfg)
             tels = scored.tels
-            return {"name": name, "flags": dict(flags), "sim_score": scored.score,
-                    "num_gpus": cfg.num_gpus,
-                    "est_real_s": round(estimate_real_s([t.duration_s for t in tels], plan.promote.startup_s), 1),
-                    "sim": [t.to_dict() for t in tels]}
+            out = {"name": name, "flags": dict(flags), "sim_score": scored.score, "num_gpus": cfg.num_gpus,
+                   "est_real_s": round(estimate_real_s([t.duration_s for t in tels], plan.promote.startup_s), 1),
+                   "sim": [t.to_dict() for t in tels]}
+            if policy is not None:
+                out["policy"] = policy
+                out["policy_keys"] = {w: {"waiting": [float(x) for x in k.waiting],
+                                          "victim": [float(x) for x in k.victim]} for w, k in keys.items()}
+            return out
 
         picked = select_candidates(trials, plan.promote.top_k, plan.promote.min_gap)
+        start = env.baseline_config.to_dict(only_set=True)
         doc: dict[str, Any] = {
             "plan": plan.name, "env": plan.env, "env_kwargs": plan.env_kwargs, "seed": plan.seed,
             "model": plan.env_kwargs.get("model") or env.task.default_model,
@@ -100,15 +108,41 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
             "selection": f"best sim score, then each next best at least {plan.promote.min_gap} (log ratio) below "
                          f"every one promoted; top {plan.promote.top_k} of {len(trials)} measured",
             "workloads": [w.to_dict() for w in env.workloads],
-            "defaults": entry("defaults", env.baseline_config.to_dict(only_set=True)),
+            "defaults": entry("defaults", start),
             "candidates": [entry(f"c{r + 1}", trials[i][0]) for r, i in enumerate(picked)],
-            "probes": [entry(str(p["name"]), p["flags"]) for p in plan.promote.probes],
+            # a probe's flags change the task's starting configuration (a co-tenant's memory share stays)
+            "probes": [entry(str(p["name"]), {**start, **(p.get("flags") or {})}, p.get("policy"))
+                       for p in plan.promote.probes],
         }
     finally:
         env.close()
     Path(plan.candidates).parent.mkdir(parents=True, exist_ok=True)
     Path(plan.candidates).write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
     return doc
+
+
+@contextlib.contextmanager
+def _policy(env: Any, policy: str | None) -> Iterator[dict[str, Any]]:
+    """With ``policy`` (``reference``: the task's reference solution) in a Scheduler env's workspace, written as the
+    env writes files and put back after; yields a dict that then holds the keys the measurement inside computed."""
+    keys: dict[str, Any] = {}
+    if policy is None:
+        yield keys
+        return
+    if policy != "reference" or not hasattr(env, "policy_tier"):
+        raise RsiEnvError(f"probe policy {policy!r}: only 'reference', on a task with a scheduling policy")
+    from rsi_env.tasks.scheduler.reference import reference_files
+
+    files = reference_files(env)
+    before = {rel: env.workspace.read(rel) for rel in files}
+    try:
+        for rel, text in files.items():
+            env.workspace.write(rel, text)
+        yield keys
+        keys.update(env.policy_tier.last_keys)
+    finally:
+        for rel, text in before.items():
+            env.workspace.write(rel, text)
 
 
 def _json_default(x: Any) -> Any:

@@ -5,7 +5,7 @@ Three fronts, as the field's benchmarks split inference engineering:
 - **optimisation**: each flag family (KVCache, Batching, PrefixCache, Quantization, Parallelism) over
   models x chips x workload mixes — the grid below, in a fixed shuffled order, `FLAG_PER_FAMILY` kept per
   family once their ceilings are found (a candidate without headroom over vLLM's defaults is left out); the
-  Scheduler over models and workload sets; the Kernel over ops x dtypes.
+  Scheduler over its two settings, workload sets and seeds; the Kernel over ops x dtypes.
 - **day-zero**: every DayZero feature.
 - **bug-fixing**: every verified BugFix instance, and every verified VLLMBugFix instance where the family
   is installed.
@@ -30,11 +30,13 @@ _ORDER_SEED = 20261205  # the fixed shuffle that decides which candidates of a f
 
 # Per flag family: its env id, and the models, chips, workload mixes and extra kwargs to draw from.
 _FLAG_GRID: dict[str, dict[str, Any]] = {
-    "KVCache": {"env_id": "RSI/KVCache-v0",
-                "models": ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b", "llama-3.2-1b", "qwen3-30b-a3b"],
-                "hardware": ["l4", "l40s", "a100-80gb", "h100-sxm", "h200"],
-                "mixes": [["rag_chat", "shared_prefix_chat"], ["long_context", "rag_chat"],
-                          ["shared_prefix_chat", "many_small"]]},
+    # KVCache-v1: a co-tenant's memory share (30 % at most) of each chip; variant l4: v0's whole small GPU.
+    "KVCache": {"env_id": "RSI/KVCache-v1",
+                "models": ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "llama-3.2-1b", "qwen3-30b-a3b"],
+                "hardware": ["h200", "h100-sxm", "b200", "mi300x", "a100-80gb"],
+                "mixes": [["long_context", "rag_chat"], ["rag_chat", "shared_prefix_chat"],
+                          ["shared_prefix_chat", "many_small"]],
+                "extra": [{}, {"variant": "l4"}]},
     "Batching": {"env_id": "RSI/Batching-v0",
                  "models": ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "llama-3.2-1b", "qwen3-30b-a3b"],
                  "hardware": ["h200", "h100-sxm", "a100-80gb", "l40s", "b200", "mi300x"],
@@ -55,9 +57,10 @@ _FLAG_GRID: dict[str, dict[str, Any]] = {
                     "extra": [{"num_gpus": 8}, {"num_gpus": 4}]},
 }
 # The Scheduler: models on the task's chip, over the task's workload sets, seeds for the workloads' draws.
-_SCHEDULER_MODELS = ("qwen2.5-7b", "llama-3.1-8b", "mistral-7b")
-_SCHEDULER_MIXES = (("bursty_chat", "mixed_rag"), ("bursty_chat",), ("mixed_rag",))
-_SCHEDULER_SEEDS = (0, 1)
+# Scheduler-v1 on its H200 and v0's L4 setting (variant l4), each over its workload sets and seeds.
+_SCHEDULER = ({"mixes": (("bursty_chat_h200", "mixed_rag_h200"), ("bursty_chat_h200",), ("mixed_rag_h200",))},
+              {"variant": "l4", "mixes": (("bursty_chat", "mixed_rag"), ("bursty_chat",), ("mixed_rag",))})
+_SCHEDULER_SEEDS = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,11 @@ def _code(front: str, family: str, env_id: str, name: str, kwargs: Mapping[str, 
 def code_candidates() -> list[Candidate]:
     """The code families' instances: what each family's own catalogue pins."""
     out = []
-    for model, mix, seed in itertools.product(_SCHEDULER_MODELS, _SCHEDULER_MIXES, _SCHEDULER_SEEDS):
-        kwargs = {"model": model, "hardware": "l4", "workloads": list(mix)}
-        out.append(_code("optimisation", "Scheduler", "RSI/Scheduler-v0", f"{_slug(kwargs)}-s{seed}", kwargs, seed))
+    for setting in _SCHEDULER:
+        for mix, seed in itertools.product(setting["mixes"], _SCHEDULER_SEEDS):
+            kwargs = {"workloads": list(mix), **({"variant": setting["variant"]} if "variant" in setting else {})}
+            out.append(_code("optimisation", "Scheduler", "RSI/Scheduler-v1", f"{_slug(kwargs)}-s{seed}", kwargs,
+                             seed))
     for fam, front in (("kernel", "optimisation"), ("dayzero", "day-zero"), ("bugfix", "bug-fixing"),
                        ("vllm_bugfix", "bug-fixing")):
         try:

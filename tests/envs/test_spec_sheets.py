@@ -26,7 +26,7 @@ TASK_DATA = {
     "RSI/BugFix-v0": "3b3ad18f5625",
     "RSI/DayZero-v0": "8c5edd6539ae",
     "RSI/KVCache-v0": "af04d35cb603",
-    "RSI/KVCache-v1": "cc834c856bca",
+    "RSI/KVCache-v1": "788b63ebdbef",
     "RSI/Kernel-v0": "5060483498c6",
     "RSI/Parallelism-v0": "d72a390a58b4",
     "RSI/PrefixCache-v0": "9a21c07471c4",

@@ -30,6 +30,7 @@ class FakeRealTier:
     running = 0
     max_running = 0
     calls: list[dict[str, Any]] = []
+    scheduled_keys: list[dict[str, Any]] = []
     refuse: dict[str, Any] | None = None  # flags a configuration must set to be refused (as vLLM would)
 
     def __init__(self, *, timeout_s: float = 900.0, record_tokens: int = 0, env: dict[str, str] | None = None,
@@ -46,7 +47,22 @@ class FakeRealTier:
     def reset(cls) -> None:
         cls.running = cls.max_running = 0
         cls.calls = []
+        cls.scheduled_keys = []
         cls.refuse = None
+
+    def scheduled(self, policy_keys: Any) -> Any:
+        """As `RealTier.scheduled`: the same stand-in, each call recording the policy's keys it ran with."""
+        tier = self
+
+        class Scheduled:
+            name, engine_version = "real", tier.engine_version
+
+            def measure_all(self, *args: Any) -> list[Telemetry]:
+                with FakeRealTier.lock:
+                    FakeRealTier.scheduled_keys.append(dict(policy_keys))
+                return tier.measure_all(*args)
+
+        return Scheduled()
 
     def measure_all(self, engine_config: Any, model: Any, hardware: Any, workloads: Any) -> list[Telemetry]:
         cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)

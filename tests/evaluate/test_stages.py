@@ -169,3 +169,35 @@ def test_the_shipped_h200_plan_fits_two_gpus_in_its_deadline():
     scores = [c["sim_score"] for c in doc["candidates"]]
     assert all(a - b >= plan.promote.min_gap for a, b in zip(scores, scores[1:], strict=False))
     assert estimated_makespan_s([doc["defaults"], *doc["candidates"]], 2) <= plan.promote.deadline_s
+
+
+def test_a_scheduling_policy_probe_reaches_the_real_engine_as_its_keys(tmp_path, monkeypatch, fake_real_tier):
+    """A probe naming the reference policy: the search stage computes its keys on sim (every request of every
+    workload, in the co-tenant's memory share), and promote runs exactly those keys on the (stand-in) real tier."""
+    raw = {"name": "sched", "env": "RSI/Scheduler-v1", "env_kwargs": {"sandbox": "bubblewrap"}, "seed": 3,
+           "search": {"method": "random_search", "budget": 2, "seed": 0},
+           "promote": {"top_k": 1, "min_gap": 0.1, "record_tokens": 0, "per_run_timeout_s": 60, "deadline_s": 120,
+                       "startup_s": 1, "probes": [{"name": "ref", "policy": "reference"}]},
+           "candidates": str(tmp_path / "cand.json"), "out": str(tmp_path / "out")}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr(promote_mod, "RealTier", fake_real_tier)
+    plan = load_plan(tmp_path / "plan.yaml")
+    doc = run_search(plan)
+    probe = doc["probes"][0]
+    assert probe["policy"] == "reference" and probe["flags"] == {"gpu_memory_utilization": 0.25}
+    sizes = {w["name"]: w["requests"] for w in doc["workloads"]}
+    assert {w: len(k["waiting"]) for w, k in probe["policy_keys"].items()} == sizes
+    assert probe["sim_score"] != doc["defaults"]["sim_score"]
+    rows = run_promote(plan)
+    assert {r["name"]: r["policy"] for r in rows} == {"defaults": None, "c1": None, "ref": "reference"}
+    assert len(fake_real_tier.scheduled_keys) == 1
+    ran = fake_real_tier.scheduled_keys[0]
+    assert {w: list(k.waiting) for w, k in ran.items()} == {w: k["waiting"] for w, k in probe["policy_keys"].items()}
+
+
+def test_a_probe_needs_flags_or_a_policy(tmp_path):
+    raw = {**PLAN, "candidates": str(tmp_path / "c.json"), "out": str(tmp_path / "o"),
+           "promote": {**PLAN["promote"], "probes": [{"name": "nothing"}]}}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(RsiEnvError, match="with flags or a policy"):
+        load_plan(tmp_path / "plan.yaml")
