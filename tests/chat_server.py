@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible chat endpoint on loopback, for the tests of the code that talks to one.
 
 It stands in only for the model: each POST to ``/v1/chat/completions`` gets the next scripted reply (the last
-repeats): a dict sent as JSON, an int sent as that HTTP status, ``"hang"`` never answered. Other paths get 404.
-Every request body is kept in ``requests``.
+repeats): a dict sent as JSON (as server-sent events, the chunks a streamed completion arrives in, where the
+request asks ``"stream": true``), an int sent as that HTTP status, ``"hang"`` never answered, a callable called
+with the request's body for one of those. Other paths get 404. Every request body is kept in ``requests``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,22 @@ def tool_reply(*calls: tuple[str, dict[str, Any]], tokens: int = 50) -> dict[str
         for i, (n, a) in enumerate(calls)]}}], "usage": {"total_tokens": tokens}}
 
 
+def stream_events(reply: dict[str, Any]) -> bytes:
+    """A chat completion as a streamed one arrives: its message in one chunk, the finish reason, the usage, [DONE]."""
+    message = reply["choices"][0]["message"]
+    calls = message.get("tool_calls") or []
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if calls:
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+    base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": "scripted"}
+    tokens = int((reply.get("usage") or {}).get("total_tokens", 0))
+    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+              {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if calls else "stop"}]},
+              {**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": tokens,
+                                                "total_tokens": tokens}}]
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
 class ScriptedChat:
     """The endpoint, served from a thread until `close`; ``url`` is its ``/v1`` base."""
 
@@ -34,23 +51,27 @@ class ScriptedChat:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802  (http.server's name)
-                outer.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
                 if self.path != "/v1/chat/completions":
                     self.send_error(404)
                     return
                 reply = outer.replies[min(len(outer.requests), len(outer.replies)) - 1]
+                if callable(reply):
+                    reply = reply(body)
                 if reply == "hang":
                     time.sleep(5)
                     return
                 if isinstance(reply, int):
                     self.send_error(reply)
                     return
-                body = json.dumps(reply).encode()
+                streamed = isinstance(body, dict) and body.get("stream") is True
+                data = stream_events(reply) if streamed else json.dumps(reply).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(data)
 
             def log_message(self, *args: Any) -> None:
                 pass
