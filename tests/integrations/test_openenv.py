@@ -338,6 +338,20 @@ def test_the_tools_over_mcp(server: Server):
     _until("the MCP session closed with its client", server.settled)
 
 
+def test_the_agent_s_shell_cannot_reach_the_server(server: Server):
+    """An agent that dials the server from its sandbox could open sessions of its own or reach a session's MCP
+    routes; the sandbox has no network, so the same probe that connects from here does not connect from there."""
+    probe = (f"import socket; s = socket.socket(); s.settimeout(3); "
+             f"print('connect_ex', s.connect_ex(('127.0.0.1', {server.port})))")
+    here = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert here.stdout.strip() == "connect_ex 0"  # the probe reaches the server from outside a sandbox
+    with _client(server).sync() as env:
+        env.reset(env_id=BATCHING, seed=0)
+        out = env.call("run_shell", command=f'python3 -c "{probe}"').observation.text
+        assert "connect_ex " in out and "connect_ex 0" not in out, out
+        assert env.state().sandbox in ("bubblewrap", "docker")
+
+
 # ---- sessions that end without their client saying so ---------------------------------------------------------
 _KILLED_CLIENT = """
 import sys
@@ -431,6 +445,7 @@ def test_the_dockerfile_serves_the_package_with_the_openenv_extra(tmp_path: Path
     assert allowed == copied
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert "pip install --no-cache-dir '.[openenv]'" in text and extras["openenv"] == ["openenv==0.10.0"]
+    assert 'ENV PATH="/opt/venv/bin:$PATH"' in text  # the command below is the venv's rsi-env
     cmd = parse_dockerfile_cmd(text)
     assert cmd == "rsi-env serve --host 0.0.0.0 --port 8000"
     port = _free_port()
