@@ -252,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="report: print it as JSON")
     e.set_defaults(func=_cmd_eval)
 
+    from rsi_env.integrations.harbor import add_export_parser
     from rsi_env.integrations.openenv_server import add_serve_parser
     from rsi_env.store.cli import add_experience_parser
     from rsi_env.suite.cli import add_suite_parser
@@ -259,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_experience_parser(sub)
     add_suite_parser(sub)
     add_serve_parser(sub)
+    add_export_parser(sub)
     return p
 
 
