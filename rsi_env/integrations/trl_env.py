@@ -1,7 +1,8 @@
 """TRL's ``GRPOTrainer(environment_factory=RsiTRLEnv)``: an `RsiEnv` episode per rollout, its actions as tools.
 
 TRL builds one instance per rollout, calls ``reset(**row)`` with the dataset row (`trl_rows` makes rows:
-``env_id``, ``seed`` and ``env_kwargs`` as JSON, beside the ``prompt``), offers every public method as a tool
+``env_id``, ``seed`` and ``env_kwargs`` as JSON, beside the ``prompt``; `suite_rows` makes them from a suite's
+instances, each with its budget and its id), offers every public method as a tool
 (its schema read from the type hints and the Google-style docstring), and scores the rollout with
 ``get_reward()``: the reward of the episode's submit (its binary part and its improvement), 0.0 for an
 episode the model did not submit. Each tool is one env step through `rsi_env.wrappers.tool_calls`, so it
@@ -12,17 +13,18 @@ reason. TRL and its dependencies are needed only by the trainer: this module imp
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 from rsi_env.engine.safe_io import load_yaml
-from rsi_env.errors import RsiEnvError, YamlError
+from rsi_env.errors import RsiEnvError, SuiteError, YamlError
+from rsi_env.suite.instance import Suite, load
 from rsi_env.wrappers.ladders import rsi_env_of
 from rsi_env.wrappers.tool_calls import parse_tool_call
 
-__all__ = ["RsiTRLEnv", "trl_rows"]
+__all__ = ["RsiTRLEnv", "suite_rows", "trl_rows"]
 
 PROMPT = ("You are an LLM-inference engineer. Use the tools to improve the engine on the task below, then call "
           "submit (an episode that is not submitted scores nothing).\n\n")
@@ -37,6 +39,24 @@ def trl_rows(episodes: Iterable[tuple[str, int, Mapping[str, Any]]]) -> list[dic
     return out
 
 
+def suite_rows(suite: Suite | str = "rsi-bench-v1", instances: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Dataset rows (`trl_rows`) for a suite's instances, all of them or those ``instances`` names, in suite order.
+
+    ``suite`` is a `Suite` or what `rsi_env.suite.instance.load` takes (a suite id, or a suite file's path). Each
+    row makes the instance's env as the suite runner does: its env id, reset seed and keyword arguments with its
+    budget (`Instance.kwargs`: ``max_measurements``, ``max_steps``, and the pass line the env's verdict uses);
+    ``instance`` holds its id. Nothing of its reference solution is in a row.
+    """
+    s = load(suite) if isinstance(suite, str) else suite
+    if instances is not None and not list(instances):
+        raise SuiteError("instances is empty: leave it out (None) for every instance, or name some")
+    chosen = list(s.instances) if instances is None else s.select(ids=list(instances))
+    rows = trl_rows((i.env_id, i.seed, i.kwargs()) for i in chosen)
+    for row, inst in zip(rows, chosen, strict=True):
+        row["instance"] = inst.id
+    return rows
+
+
 class RsiTRLEnv:
     """One rollout's episode; the public methods are its tools (TRL's ``environment_factory`` protocol)."""
 
@@ -44,6 +64,11 @@ class RsiTRLEnv:
         self._env: gym.Env[Any, Any] | None = None
         self._reward = 0.0
         self._done = False
+
+    @property
+    def env(self) -> gym.Env[Any, Any] | None:
+        """The episode's env (None before the first ``reset``); a property, so TRL offers it as no tool."""
+        return self._env
 
     def reset(self, env_id: str = "RSI/Batching-v0", seed: int = 0, env_kwargs: str = "{}", **row: Any) -> str:
         """Start the row's episode; returns what the agent sees first (the task and its first observation)."""

@@ -1,14 +1,57 @@
-"""The TRL adapter: `RsiTRLEnv`'s tools play an episode as the env's own tools do, and two real
-``GRPOTrainer`` steps on the CPU (a tiny randomly initialised Qwen2 and a tokenizer built here, with TRL's own
-Qwen2.5 chat template; nothing downloaded) take their rewards from it."""
+"""The TRL adapter: `RsiTRLEnv`'s tools play an episode as the env's own tools do, `suite_rows` makes its dataset
+from a suite's instances, and two real ``GRPOTrainer`` steps on the CPU (a tiny randomly initialised Qwen2 and a
+tokenizer built here, with TRL's own Qwen2.5 chat template; nothing downloaded) on that dataset take their rewards
+from it. Without TRL the trainer's test skips, and fails where ``RSI_REQUIRE_INTEGRATIONS=1`` (CI)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
+import yaml
 
 import rsi_env  # noqa: F401
-from rsi_env.integrations.trl_env import RsiTRLEnv, trl_rows
+from rsi_env.errors import SuiteError
+from rsi_env.integrations.trl_env import RsiTRLEnv, suite_rows, trl_rows
+from rsi_env.suite.instance import Suite
+from rsi_env.wrappers.ladders import rsi_env_of
+from tests.integrations.required import skip_or_fail
+from tests.suite.conftest import bugfix_instance, flag_instance
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Suite, Path]:
+    """A flag instance and a BugFix one, as tests/suite makes them, and their suite file."""
+    s = Suite(id="rsi-bench-trl-test", instances=(flag_instance(), bugfix_instance()), ceiling_fraction=0.95,
+              calibrations={}, frozen="2026-12-05")
+    path = tmp_path_factory.mktemp("suite") / "rsi-bench-trl-test.yaml"
+    path.write_text(yaml.safe_dump(s.to_dict(), sort_keys=False))
+    return s, path
+
+
+def test_suite_rows_are_the_instances_and_reset_plays_each(suite: tuple[Suite, Path]):
+    s, path = suite
+    rows = suite_rows(str(path))
+    assert rows == suite_rows(s) and [r["instance"] for r in rows] == [i.id for i in s.instances]
+    for row, inst in zip(rows, s.instances, strict=True):
+        assert (row["env_id"], row["seed"], json.loads(row["env_kwargs"])) == (inst.env_id, inst.seed, inst.kwargs())
+        assert not {"reference", "criterion"} & set(row)
+        env = RsiTRLEnv()
+        first = env.reset(**row)
+        assert env.env is not None
+        rsi = rsi_env_of(env.env)
+        # The instance's own env: its budget and pass line, the task's text first.
+        assert (rsi.task.max_measurements, rsi.max_steps) == (inst.budget, inst.max_steps)
+        assert env.env.spec is not None and env.env.spec.id == inst.env_id and first.startswith(f"# {inst.env_id}")
+        env.env.close()
+    assert [r["instance"] for r in suite_rows(s, ["bug-bugfix-s5"])] == ["bug-bugfix-s5"]
+    with pytest.raises(SuiteError, match="no instance"):
+        suite_rows(s, ["no-such-instance"])
+    with pytest.raises(SuiteError, match="empty"):
+        suite_rows(s, [])
 
 
 def test_the_tools_play_the_episode_and_the_reward_is_the_submit_s():
@@ -61,8 +104,9 @@ def _tiny_model_and_tokenizer():
     return Qwen2ForCausalLM(config), tokenizer
 
 
-def test_two_grpo_steps_take_their_rewards_from_the_env(tmp_path, monkeypatch):
-    pytest.importorskip("trl", reason="the TRL adapter's test needs TRL: pip install '.[trl]'")
+def test_two_grpo_steps_take_their_rewards_from_the_env(tmp_path, monkeypatch, suite: tuple[Suite, Path]):
+    if importlib.util.find_spec("trl") is None:
+        skip_or_fail("the TRL adapter's test needs TRL: pip install '.[trl]'")
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -74,7 +118,7 @@ def test_two_grpo_steps_take_their_rewards_from_the_env(tmp_path, monkeypatch):
         made.append(RsiTRLEnv())
         return made[-1]
 
-    rows = trl_rows([("RSI/Batching-v0", s, {}) for s in range(4)])
+    rows = suite_rows(str(suite[1]), ["opt-batching-test"]) * 4  # the suite's flag instance, four prompts
     args = GRPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
                       max_completion_length=16, max_tool_calling_iterations=2, learning_rate=1e-4,
                       use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", seed=0)
@@ -85,6 +129,7 @@ def test_two_grpo_steps_take_their_rewards_from_the_env(tmp_path, monkeypatch):
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 2 and all(f"rewards/{RsiTRLEnv.__name__}/mean" in h for h in logged), logged
     # A random model never submits: every rollout's env reward is the unsubmitted episode's 0.0, and each
-    # rollout had its own episode (reset with its row).
+    # rollout had its own episode, the instance's env reset with its row.
     assert all(h[f"rewards/{RsiTRLEnv.__name__}/mean"] == 0.0 for h in logged)
-    assert made and all(e._env is not None for e in made)
+    inst = suite[0].get("opt-batching-test")
+    assert made and all(e.env is not None and rsi_env_of(e.env).task.max_measurements == inst.budget for e in made)
