@@ -160,7 +160,7 @@ class ChatAgent:
     def play(self, env: Any, instance: Instance, rng: np.random.Generator) -> Played:
         from rsi_env.suite.chat import play_chat
 
-        ep = play_chat(env, self.endpoint, seed=instance.seed, limits=self.limits)
+        ep = play_chat(env, self.endpoint, seed=instance.seed, limits=self.limits, instance=instance.id)
         return Played(tokens=ep.tokens, messages=ep.messages, ended_by=ep.ended_by)
 
 

@@ -29,7 +29,7 @@ from rsi_env.wrappers.ladders import rsi_env_of
 from rsi_env.wrappers.text_actions import TEXT_SYNTAX, parse_text_action
 from rsi_env.wrappers.tool_calls import parse_tool_call, tool_schemas
 
-__all__ = ["ChatEndpoint", "ChatEpisode", "ChatLimits", "ChatReply", "extract_action", "play_chat"]
+__all__ = ["INSTANCE_LINE", "ChatEndpoint", "ChatEpisode", "ChatLimits", "ChatReply", "extract_action", "play_chat"]
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\n(.*?)```", re.DOTALL)
 
@@ -122,23 +122,32 @@ class ChatEpisode:
     ended_by: str = ""
 
 
-def _system(env: gym.Env[Any, Any], mode: str) -> str:
+INSTANCE_LINE = "Suite instance: "  # how the system message names a suite instance (the reference endpoint reads it)
+
+
+def _system(env: gym.Env[Any, Any], mode: str, instance: str | None = None) -> str:
     rsi = rsi_env_of(env)
     task = rsi.workspace.read("TASK.md") if rsi.workspace is not None else rsi.task.summary
     how = ("Act with the tools; each call's result is what the environment shows." if mode == "tools" else
            f"Reply with exactly one action.\n{TEXT_SYNTAX}")
-    return (f"You are an LLM-inference engineer.\n\n{task}\n\n{how}\nEach measurement spends budget; submit "
-            "when done (an episode that is not submitted has not passed).")
+    named = f"{INSTANCE_LINE}{instance}\n" if instance else ""
+    return (f"You are an LLM-inference engineer.\n{named}\n{task}\n\n{how}\nEach measurement spends budget; "
+            "submit when done (an episode that is not submitted has not passed).")
 
 
 def play_chat(env: gym.Env[Any, Any], endpoint: ChatEndpoint, *, seed: int | None = None,
-              limits: ChatLimits = ChatLimits()) -> ChatEpisode:
-    """One episode of ``env`` (an `RsiEnv`, wrapped or not) played by ``endpoint``'s model."""
+              limits: ChatLimits = ChatLimits(), instance: str | None = None) -> ChatEpisode:
+    """One episode of ``env`` (an `RsiEnv`, wrapped or not) played by ``endpoint``'s model.
+
+    ``instance``: the suite instance the episode plays, named in the system message (a public id: the
+    instance's reference solution stays hidden).
+    """
     t0 = time.monotonic()
     ep = ChatEpisode()
     obs, _ = env.reset(seed=seed)
     tools = tool_schemas(env)
-    ep.messages = [{"role": "system", "content": _system(env, "tools")}, {"role": "user", "content": str(obs["text"])}]
+    ep.messages = [{"role": "system", "content": _system(env, "tools", instance)},
+                   {"role": "user", "content": str(obs["text"])}]
 
     def act(action: dict[str, Any]) -> tuple[str, bool]:
         nonlocal obs
@@ -162,7 +171,7 @@ def play_chat(env: gym.Env[Any, Any], endpoint: ChatEndpoint, *, seed: int | Non
         except EndpointError as exc:
             if ep.mode == "tools" and exc.status == 400 and ep.requests == 1:  # no tool calling: the text syntax
                 ep.mode = "text"
-                ep.messages[0]["content"] = _system(env, "text")
+                ep.messages[0]["content"] = _system(env, "text", instance)
                 continue
             ep.ended_by = f"endpoint: {exc}"
             break
