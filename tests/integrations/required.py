@@ -33,7 +33,8 @@ def interpreter_with(module: str, env_var: str, install: str) -> str:
     if not python:
         skip_or_fail(f"{module} is not importable here and {env_var} names no interpreter that has it ({install})")
         raise AssertionError("unreachable")
-    probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
-    if probe.returncode != 0:
+    probe = subprocess.run([python, "-c", f"import {module}; print('importable')"], capture_output=True, text=True,
+                           timeout=120)
+    if probe.returncode != 0 or probe.stdout.strip() != "importable":
         pytest.fail(f"{env_var}={python} cannot import {module}: {probe.stderr.strip()[-800:]}", pytrace=False)
     return python
