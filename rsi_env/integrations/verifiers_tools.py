@@ -13,8 +13,9 @@ exit that closes the env on the way out, where the default action would kill the
 After every call it writes the episode's standing into the rollout's `RsiBenchState`, the state verifiers keeps
 on the trace: the env's verdict at submit, its rewards and its counts. The task's rewards read only that, so
 a rollout's reward is the env's own, whatever the model says. The state channel's secret is in this server's
-environment and nowhere else: the agent's commands run in the env's sandbox, which sees none of it and has no
-network. The env's work runs on one thread of its own, so MCP keeps answering while a step runs.
+environment (and verifiers' interception server's), never where the agent reaches: its commands run in the env's
+sandbox, which sees none of this process's environment and has no network. The env's work runs on one thread of
+its own, so MCP keeps answering while a step runs.
 """
 
 # No `from __future__ import annotations`: MCP reads each tool's parameter types off its signature at run time.
