@@ -6,9 +6,10 @@ serves its tools over MCP to the harness that talks to the model. Here that task
 (`rsi_env.integrations.verifiers_env.RsiBenchData`): the server makes the instance's env, resets it with its
 seed, offers its tools (`rsi_env.wrappers.tool_calls`: ``set_flag`` where it has flags, ``edit_file``,
 ``read_file``, ``list_files``, ``run_shell``, ``bench``, ``submit``; names and descriptions as the env gives
-them, each call one step through `RsiTRLEnv`), and closes the env when verifiers stops the server (SIGTERM:
-uvicorn, which serves MCP, finishes and raises the signal again, and this server's handler turns it into an
-exit that closes the env on the way out, where the default action would kill the process with the env open).
+them; each call made through `RsiTRLEnv`, a step or a refusal naming the problem), and closes the env when
+verifiers stops the server (SIGTERM: uvicorn, which serves MCP, finishes and raises the signal again, and this
+server's handler turns it into an exit that closes the env on the way out, where the default action would kill
+the process with the env open).
 
 After every call it writes the episode's standing into the rollout's `RsiBenchState`, the state verifiers keeps
 on the trace: the env's verdict at submit, its rewards and its counts. The task's rewards read only that, so
