@@ -45,7 +45,7 @@ from rsi_env.wrappers.ladders import rsi_env_of
 __all__ = ["CEILING_FRACTION", "EXHAUSTIVE_MAX", "MIN_HEADROOM", "baseline_table", "freeze", "main"]
 
 CEILING_FRACTION = 0.95   # a flag instance passes at 95 % of its ceiling's objective
-EXHAUSTIVE_MAX = 3000     # valid configurations measured whole; a larger grid gets a search of 20x the budget
+EXHAUSTIVE_MAX = 1500     # valid configurations measured whole; a larger grid gets a search of 20x the budget
 MIN_HEADROOM = 0.10       # a flag instance's ceiling beats vLLM's defaults by at least 10 %
 SEARCH_FACTOR = 20
 _TRIES = 8                # configurations tried, best first, for a ceiling whose submission passes every guard
@@ -176,6 +176,11 @@ def _freeze_code(c: Candidate) -> Instance:
     return _with(inst, difficulty, rates)
 
 
+def candidate_key(c: Candidate) -> str:
+    """What a kept result is valid for: the candidate's env, kwargs and seed (an id alone can be reused)."""
+    return json.dumps([c.env_id, dict(c.env_kwargs), c.seed, c.kind], sort_keys=True)
+
+
 def freeze(c: Candidate) -> dict[str, Any]:
     """One candidate frozen: ``{"instance": ...}``, or ``{"rejected": reason}``; with the seconds it took."""
     t0 = time.monotonic()
@@ -184,7 +189,7 @@ def freeze(c: Candidate) -> dict[str, Any]:
         out: dict[str, Any] = {"instance": inst.to_dict()}
     except _Rejected as exc:
         out = {"rejected": str(exc)}
-    out["id"], out["seconds"] = c.id, round(time.monotonic() - t0, 1)
+    out["id"], out["key"], out["seconds"] = c.id, candidate_key(c), round(time.monotonic() - t0, 1)
     return out
 
 
@@ -252,7 +257,8 @@ def _run(todo: list[Candidate], done: dict[str, dict[str, Any]], sink_path: Path
                 try:
                     res = fut.result()
                 except Exception as exc:  # a candidate that breaks is reported and left out
-                    res = {"id": c.id, "rejected": f"error: {type(exc).__name__}: {exc}", "seconds": 0}
+                    res = {"id": c.id, "key": candidate_key(c), "rejected": f"error: {type(exc).__name__}: {exc}",
+                           "seconds": 0}
                 sink.write(json.dumps(res) + "\n")
                 sink.flush()
                 done[c.id] = res
@@ -290,12 +296,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("RSI_ENV_STORE", "off")
     args.work.mkdir(parents=True, exist_ok=True)
     done_path = args.work / f"{args.suite}.jsonl"
+    plan = candidates()
+    keys = {c.id: candidate_key(c) for c in plan}
     done = {}
     if done_path.is_file():
         for line in done_path.read_text().splitlines():
-            with_id = json.loads(line)
-            done[with_id["id"]] = with_id
-    plan = candidates()
+            row = json.loads(line)
+            if row.get("key") == keys.get(row["id"]):  # kept for this very candidate, not an earlier one of its id
+                done[row["id"]] = row
     todo = [c for c in plan if c.id not in done and (args.only is None or any(c.id.startswith(o) for o in args.only))]
     print(f"{len(done)} candidates done, {len(todo)} to go, {args.workers} workers", file=sys.stderr)
     _run(todo, done, done_path, args.workers)
