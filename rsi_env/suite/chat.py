@@ -43,6 +43,19 @@ class ChatReply:
     tokens: int
 
 
+def _said(exc: urllib.error.HTTPError) -> str:
+    """What an endpoint's error body says (OpenAI's ``{"error": {"message"}}``, else its first line), or nothing."""
+    try:
+        body = exc.read(4096).decode(errors="replace")
+    except Exception:
+        return ""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        message = body.strip().splitlines()[0] if body.strip() else ""
+    return f": {str(message)[:300]}" if message else ""
+
+
 class ChatEndpoint:
     """``POST {base_url}/chat/completions`` with a bounded timeout."""
 
@@ -67,7 +80,8 @@ class ChatEndpoint:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 raw = resp.read(8 << 20)
         except urllib.error.HTTPError as exc:
-            raise EndpointError(f"chat endpoint {self.url}: HTTP {exc.code} {exc.reason}", status=exc.code) from None
+            raise EndpointError(f"chat endpoint {self.url}: HTTP {exc.code} {exc.reason}{_said(exc)}",
+                                status=exc.code) from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise EndpointError(f"chat endpoint {self.url}: {exc}") from None
         try:
