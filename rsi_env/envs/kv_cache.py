@@ -15,14 +15,14 @@ class KVCacheEnv(RsiEnv):
 
     ## Description
 
-    Long-context requests and retrieval-augmented chat (``long_context``, ``rag_chat``), driven by 256
+    Long-context requests and retrieval-augmented chat (``long_context``, ``rag_chat``), driven by 128
     concurrent users, served by Llama-3.1-8B on an H200 that another tenant shares: the operators gave this
     engine 25 % of the GPU's memory (``gpu_memory_utilization`` 0.25) and allow it 30 % at most. What is left
     for the KV cache after the weights, and how it is used — the block size, prefix caching, the longest
     sequence vLLM promises to serve (``max_model_len``) and, only where the task allows fp8, the KV-cache
     precision — decide how many requests fit and how often they are preempted. The objective is goodput
     (requests/s meeting TTFT <= 5 s and TPOT <= 100 ms), as a ratio to the starting configuration; at submit
-    80 % of each workload's requests must meet them.
+    60 % of each workload's requests must meet them.
 
     ## Arguments, Action Space, Observation Space
 

@@ -25,15 +25,17 @@ TASK_DATA = {
     "RSI/Batching-v0": "ef289dde92ee",
     "RSI/BugFix-v0": "3b3ad18f5625",
     "RSI/DayZero-v0": "8c5edd6539ae",
+    "RSI/DayZero-v1": "010a966291b2",
     "RSI/KVCache-v0": "af04d35cb603",
-    "RSI/KVCache-v1": "788b63ebdbef",
+    "RSI/KVCache-v1": "1ce381fc5d97",
     "RSI/Kernel-v0": "5060483498c6",
+    "RSI/Kernel-v1": "53ad9b79e1cc",
     "RSI/Parallelism-v0": "d72a390a58b4",
     "RSI/PrefixCache-v0": "9a21c07471c4",
     "RSI/Quantization-v0": "f578924f744a",
     "RSI/Scheduler-v0": "dc5e5ba0fa63",
     "RSI/Scheduler-v1": "97e686e37391",
-    "RSI/VLLMBugFix-v0": "93dd8d7b1325",
+    "RSI/VLLMBugFix-v0": "80e83dcb2789",
 }
 
 
