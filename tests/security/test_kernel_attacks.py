@@ -1,8 +1,10 @@
-"""RSI/Kernel-v0's red team: kernels that try to do their work where the harness's clock cannot see it.
+"""RSI/Kernel's red team: kernels that try to do their work where the harness's clock cannot see it.
 
 Each attack is a ``kernel.py`` for ``silu_and_mul``, run through the real measurement (the hidden harness in a
 fresh bubblewrap sandbox) by the env itself: a bench, whose result must be refused and pay
-nothing, then a submit, which must fail. One env episode per attack serves every assert about it.
+nothing, then a submit, which must fail. One env episode per attack serves every assert about it. The holes
+the ops of v1 open (an in-place result with no output to poison, a scale that could be faked, integer answers
+that could be kept for the public inputs) are attacked through one measurement each.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.sandbox.backends import BACKENDS
 from rsi_env.tasks.kernel import tier as kernel_tier
 from rsi_env.tasks.kernel.env import model_sizes
+from rsi_env.tasks.kernel.reference import SOLUTION
 from rsi_env.tasks.kernel.tier import measure_kernel
 
 BACKEND = "bubblewrap"
@@ -39,11 +42,15 @@ PATCHED_SAVE = ("import torch, torch.nn.functional as F\n_save = torch.save\n"
                 "torch.save = _late\n"
                 "def silu_and_mul(out, x):\n    pass\n")
 
-# The timed call only queues the work; a thread does it after run returns, and the worker is held back
-# (its next request waits, inside json.loads) until the queue is drained.
-BACKGROUND_THREAD = ("import json, queue, threading\nimport torch.nn.functional as F\n_todo = queue.Queue()\n"
-                     "def _work():\n    while True:\n        out, x = _todo.get()\n"
+# The timed call only queues the work; a thread does it after run returns (0.2 s after each burst of calls
+# begins: past the reply, and past the stop of the worker's tree that follows it, however loaded the machine), and
+# the worker is held back (its next request waits, inside json.loads) until the queue is drained. Work a thread
+# finishes between the reply and the stop is timed: only work deferred past the stop could be free.
+BACKGROUND_THREAD = ("import json, queue, threading, time\nimport torch.nn.functional as F\n_todo = queue.Queue()\n"
+                     "def _work():\n    idle = True\n    while True:\n        out, x = _todo.get()\n"
+                     "        if idle:\n            time.sleep(0.2)\n"
                      + _SILU.replace("    ", "        ") + "        _todo.task_done()\n"
+                     "        idle = _todo.unfinished_tasks == 0\n"
                      "threading.Thread(target=_work, daemon=True).start()\n_loads = json.loads\n"
                      "def _held(*args, **kw):\n    _todo.join()\n    return _loads(*args, **kw)\n"
                      "json.loads = _held\n"
@@ -81,14 +88,14 @@ FORGED_REPLY = ("import gc, io, json, sys\nimport torch.nn.functional as F\n_don
                 "def silu_and_mul(out, x):\n    _forge()\n" + _SILU)
 
 # A process of its own session (out of the worker's process group), forked at import so that it shares the
-# worker's mappings, computes each set it is told about 20 ms later: after the reply.
+# worker's mappings, computes each set it is told about 0.2 s later: after the reply, and after the stop.
 DETACHED_PROCESS = ("import ctypes, json, os, time, torch\nimport torch.nn.functional as F\n_r, _w = os.pipe()\n"
                     "def _view(ptr, size, dtype):\n"
                     "    n = size[0] * size[1] * torch.empty((), dtype=dtype).element_size()\n"
                     "    return torch.frombuffer((ctypes.c_char * n).from_address(ptr), dtype=dtype).view(size)\n"
                     "if os.fork() == 0:\n    os.setsid()\n    os.close(_w)\n"
                     "    for line in os.fdopen(_r):\n        xp, op, rows, cols, name = json.loads(line)\n"
-                    "        time.sleep(0.02)\n        dt = getattr(torch, name)\n"
+                    "        time.sleep(0.2)\n        dt = getattr(torch, name)\n"
                     "        x, out = _view(xp, (rows, cols), dt), _view(op, (rows, cols // 2), dt)\n"
                     + _SILU.replace("    ", "        ") + "    os._exit(0)\n"
                     "os.close(_r)\n_pipe = os.fdopen(_w, 'w', buffering=1)\n"
@@ -113,14 +120,15 @@ ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)), "background thread":
            # Under load the early reply can also meet the drawn set's full check first: its outputs unwritten.
            "forged reply": (FORGED_REPLY, ("NaN poison", "out of turn", "are NaN on")),
            "detached process": (DETACHED_PROCESS, _DEFERRED),
-           # A kernel that never returns ends its measurement within the harness's reply deadline (10 s), not
+           # A kernel that never returns ends its measurement within the harness's reply deadline (10 s), or
+           # the step's 15 s for the agent's code where the sandbox's start took the rest (a loaded machine), not
            # at the sandbox's timeout (120 s): an action that hangs must not hang the env.
-           "hanging call": (HANGING_CALL, ("does it hang",))}
+           "hanging call": (HANGING_CALL, ("does it hang", "does the kernel hang"))}
 
 
 def _episode(source: str) -> dict[str, Any]:
-    """A bench and a submit of ``source`` in one RSI/Kernel-v0 episode: what each returned."""
-    env = gym.make("RSI/Kernel-v0", op="silu_and_mul", sandbox=BACKEND).unwrapped
+    """A bench and a submit of ``source`` in one RSI/Kernel-v1 episode: what each returned."""
+    env = gym.make("RSI/Kernel-v1", op="silu_and_mul", sandbox=BACKEND).unwrapped
     try:
         env.reset(seed=0)
         env.step({"kind": 1, "path": "kernel.py", "old": "", "new": source})
@@ -169,6 +177,62 @@ def test_a_speedup_above_the_roofline_is_refused_and_paid_nothing(monkeypatch: p
     ep = _episode(honest)
     assert ep["bench"]["reward"] <= 0 and ep["bench"]["result"].excessive_speedup, ep["bench"]["text"]
     assert not ep["submit"]["passed"] and "excessive speedup" in ep["submit"]["text"], ep["submit"]["text"]
+
+
+# fp8 quantisation with a made-up scale: no pass over x for its maximum, the quantised values consistent with
+# the scale written (so that out * scales still approximates x). The scale is vLLM's contract: it is checked.
+FAKED_SCALE = ("def dynamic_per_token_scaled_fp8_quant(out, scales, x):\n    scales.fill_(8.0 / 448.0)\n"
+               "    out.copy_((x.float() / scales).clamp(-448.0, 448.0))\n")
+
+# The cache write has no output tensor: a call it skips leaves the caches as they were. It writes the first calls
+# (the correctness sets) and then one call in two; the slots it must write arrive as NaN, so every skipped set of
+# every block is seen (not only a drawn one).
+SKIPPED_WRITES = ("_n = [0]\n"
+                  "def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping):\n    _n[0] += 1\n"
+                  "    if _n[0] > 4 and _n[0] % 2:\n        return\n    keep = slot_mapping >= 0\n"
+                  "    key_cache.view(-1, *key.shape[1:])[slot_mapping[keep]] = key[keep]\n"
+                  "    value_cache.view(-1, *key.shape[1:])[slot_mapping[keep]] = value[keep]\n")
+
+# Integer answers kept for the public inputs: at import, the routing of every public set the env's seeds draw is
+# solved once (ops.py is public, and so are the seeds); a call copies the kept answer and, on a miss, writes zeros.
+# The correctness sets pass; the timed sets, drawn under the run's secret, all miss.
+KEPT_ANSWERS = SOLUTION.read_text() + f"""
+import ops
+_honest = moe_align_block_size
+_SIZES = {SIZES!r}
+_kept = {{}}
+for _seed in [*range(12), *range(1_000_003, 1_000_015)]:
+    _shape = ops.draw_shape("moe_align_block_size", _seed, _SIZES)
+    _inp, _out = ops.make_inputs(_shape, 0), ops.make_outputs(_shape)
+    _honest(**_inp, **_out)
+    _kept[_inp["topk_ids"].numpy().tobytes()] = _out
+
+
+def moe_align_block_size(sorted_token_ids, expert_ids, num_tokens_post_pad, topk_ids, num_experts, block_size):
+    hit = _kept.get(topk_ids.numpy().tobytes())
+    for name, dst in (("sorted_token_ids", sorted_token_ids), ("expert_ids", expert_ids),
+                      ("num_tokens_post_pad", num_tokens_post_pad)):
+        dst.copy_(hit[name]) if hit is not None else dst.zero_()
+"""
+
+# (op, dtype, kernel, what the refusal says, whether the public correctness sets pass first).
+V1_ATTACKS = {"faked fp8 scale": ("dynamic_per_token_scaled_fp8_quant", "bfloat16", FAKED_SCALE,
+                                  "scales differs from the float64 reference", False),
+              "skipped cache writes": ("reshape_and_cache", "float16", SKIPPED_WRITES,
+                                       "still hold the NaN poison", True),
+              "kept integer answers": ("moe_align_block_size", None, KEPT_ANSWERS,
+                                       "differs from the float64 reference", True)}
+
+
+@pytest.mark.parametrize("name", sorted(V1_ATTACKS))
+def test_the_holes_of_the_v1_ops_are_closed(name: str):
+    op, dtype, source, expect, public_pass = V1_ATTACKS[name]
+    seeds = [0, 1]
+    res = measure_kernel(source, op, seeds, SIZES, timed_shapes=1, backend=BACKEND, dtype=dtype)
+    assert not res.ok and not res.correct and not math.isfinite(res.score), f"{name}: {res.summary()}"
+    assert expect in (res.error or ""), f"{name}: {res.error}"
+    # Where the attack answers the public sets, it is the timed blocks (secret inputs, every set poisoned) that see it.
+    assert len(res.checked) == (len(seeds) if public_pass else 0), f"{name}: {res.checked} {res.error}"
 
 
 _TREE = r"""

@@ -1,12 +1,12 @@
-"""Measuring a RSI/Kernel-v0 kernel: the hidden harness in a fresh sandbox, its signed report checked here.
+"""Measuring a RSI/Kernel kernel: the hidden harness in a fresh sandbox, its signed report checked here.
 
 `measure_kernel` copies the agent's ``kernel.py``, the public op definitions (``ops.py``) and the hidden
 harness, worker and references into a new folder, runs the harness there in a new sandbox (never in
 the env's process, never in the agent's own sandbox), and reads back one report, which it believes
 only if it carries the harness's HMAC under a secret made for this run (see ``hidden/harness.py`` for
 what is checked and how the time is taken). Reports are cached by everything that decides them — the
-kernel's text, the op, the seeds, the device, the model's sizes, the backend and the harness's own
-files — so measuring unchanged code again returns the first measurement: an episode cannot re-roll
+kernel's text, the op, the seeds, the dtype (pinned or drawn), the device, the model's sizes, the backend
+and the harness's own files — so measuring unchanged code again returns the first measurement: an episode cannot re-roll
 timing noise by benchmarking the same code twice, and a seeded episode replays the same numbers in
 one process (timings themselves are not reproducible across processes or machines).
 """
@@ -35,14 +35,16 @@ from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.signed import signed_body
 
-__all__ = ["HARNESS_TIMEOUT_S", "KernelResult", "KernelTier", "measure_kernel"]
+__all__ = ["DTYPES", "HARNESS_TIMEOUT_S", "INTEGER_OPS", "KernelResult", "KernelTier", "check_dtype", "measure_kernel"]
 
 KERNEL_DIR = CODE_DIR / "kernel"
 HARNESS_FILES = {"ops.py": KERNEL_DIR / "ops.py", "harness.py": KERNEL_DIR / "hidden" / "harness.py",
                  "worker.py": KERNEL_DIR / "hidden" / "worker.py", "reference.py": KERNEL_DIR / "hidden" / "reference.py",
                  "isolation.py": KERNEL_DIR / "hidden" / "isolation.py"}
 HARNESS_TIMEOUT_S = 120.0
-ROUNDS = 7
+DTYPES = ("bfloat16", "float16", "float32")   # ops.DTYPES (ops.py imports torch; the env may not): what can be pinned
+INTEGER_OPS = ("moe_align_block_size",)        # ops.INTEGER_OPS: no floating tensors, no dtype to pin
+ROUNDS = 7   # interleaved blocks a side, the fastest of which counts (RSI/Kernel-v0's; v1 takes 5)
 # A timed call must not imply moving its bytes faster than this times the device's measured peak (hidden/harness.py's
 # roofline). 1.5: the peak is the best of torch's own copies and sums, which a hand-tuned kernel can beat by some
 # tens of per cent (wider vector loads, non-temporal stores that skip a copy's read-for-ownership), and the kernel's
@@ -120,13 +122,28 @@ def _harness_digest() -> str:
     return h.hexdigest()
 
 
+def check_dtype(op: str, dtype: str | None) -> None:
+    """Refuse a dtype that cannot be pinned for ``op``, saying why."""
+    if dtype is None:
+        return
+    if dtype not in DTYPES:
+        raise RsiEnvError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    if op in INTEGER_OPS:
+        raise RsiEnvError(f"{op} has no floating-point tensors (its inputs and outputs are int32): leave dtype unset")
+
+
 def measure_kernel(source: str, op: str, seeds: list[int], model: dict[str, int], *, device: str = "cpu",
-                   timed_shapes: int = 2, backend: str = "auto", use_cache: bool = True) -> KernelResult:
-    """Check ``source`` (a kernel.py) on ``seeds`` and time it on the first ``timed_shapes`` of them."""
+                   timed_shapes: int = 2, backend: str = "auto", use_cache: bool = True,
+                   dtype: str | None = None, rounds: int = ROUNDS) -> KernelResult:
+    """Check ``source`` (a kernel.py) on ``seeds`` and time it on the first ``timed_shapes`` of them.
+
+    ``dtype`` pins every set's dtype (one of `DTYPES`); None lets each seed draw its own.
+    """
+    check_dtype(op, dtype)
     name = default_backend() if backend == "auto" else backend
     scale = "cuda" if device == "cuda" else "cpu"
-    request = {"op": op, "device": device, "model": model, "scale": scale, "check_seeds": list(seeds),
-               "timed_shapes": timed_shapes, "rounds": ROUNDS, "block_s": BLOCK_S[scale],
+    request = {"op": op, "dtype": dtype, "device": device, "model": model, "scale": scale, "check_seeds": list(seeds),
+               "timed_shapes": timed_shapes, "rounds": rounds, "block_s": BLOCK_S[scale],
                "max_block_bytes": MAX_BLOCK_BYTES[scale], "roofline_slack": ROOFLINE_SLACK}
     key = hashlib.sha256(json.dumps([source, request, name, _harness_digest()], sort_keys=True).encode()).hexdigest()
     hit = _CACHE.get(key) if use_cache else None
@@ -179,7 +196,7 @@ def _parse(raw: bytes | None, secret: str, output: str) -> KernelResult:
 
 
 class KernelTier:
-    """The tier of RSI/Kernel-v0: `measure_kernel` on one op, the model's sizes, a device and a sandbox backend.
+    """The tier of RSI/Kernel: `measure_kernel` on one op and dtype, the model's sizes, a device and a sandbox backend.
 
     It measures kernels, not engine configurations: the task has no engine flags, and `measure_all`
     refuses, saying so. ``name`` is the env's tier: ``sim`` times on the CPU, ``real`` on CUDA.
@@ -187,15 +204,17 @@ class KernelTier:
 
     engine_version = "0.26"
 
-    def __init__(self, op: str, sizes: dict[str, int], device: str, backend: str, timed_shapes: int) -> None:
+    def __init__(self, op: str, sizes: dict[str, int], device: str, backend: str, timed_shapes: int,
+                 dtype: str | None = None, rounds: int = ROUNDS) -> None:
         self.op, self.sizes, self.device, self.backend, self.timed_shapes = op, sizes, device, backend, timed_shapes
+        self.dtype, self.rounds = dtype, rounds
         self.name = "real" if device == "cuda" else "sim"
 
     def measure(self, source: str, seeds: list[int]) -> KernelResult:
         """Check ``source`` on ``seeds`` and time it on the first ``timed_shapes`` of them, in a fresh sandbox."""
         return measure_kernel(source, self.op, seeds, self.sizes, device=self.device, timed_shapes=self.timed_shapes,
-                              backend=self.backend)
+                              backend=self.backend, dtype=self.dtype, rounds=self.rounds)
 
     def measure_all(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                     workloads: Sequence[Workload]) -> list[Telemetry]:
-        raise RsiEnvError("RSI/Kernel-v0 measures kernels (KernelTier.measure), not engine configurations")
+        raise RsiEnvError("RSI/Kernel measures kernels (KernelTier.measure), not engine configurations")

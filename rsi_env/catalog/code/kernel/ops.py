@@ -1,4 +1,4 @@
-"""The four operators of RSI/Kernel-v0: shapes drawn per seed, inputs, poisoned outputs, the call.
+"""The operators of RSI/Kernel: shapes drawn per seed, inputs, poisoned outputs, the call.
 
 Copied beside the harness into each fresh sandbox; the candidate's process imports it too, so nothing
 here is secret (the references live in ``hidden/``). Every kernel takes keyword arguments and writes
@@ -19,9 +19,24 @@ its output is seen.
   head_dim]``, ``block_tables`` int32 ``[seqs, max_blocks]`` (entries past a sequence's blocks are 0),
   ``seq_lens`` int32 ``[seqs]``; query head ``h`` reads kv head ``h // (heads // kv_heads)`` (GQA);
   slots past ``seq_lens`` hold garbage and must be ignored.
+- ``reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)``: the paged KV-cache write (vLLM's
+  ``reshape_and_cache_flash``, the cache layout ``paged_attention_decode`` reads): token ``t``'s ``key[t]`` and
+  ``value[t]`` (``[tokens, kv_heads, head_dim]``) go to slot ``slot_mapping[t]`` (int64; block
+  ``slot // block_size``, offset ``slot % block_size``) of ``key_cache``/``value_cache`` ``[blocks, block_size,
+  kv_heads, head_dim]``, in place; a slot of -1 is a padding token, written nowhere. The destination slots
+  arrive as NaN (the poison of an in-place result); every other slot must stay as it is, bit for bit.
+- ``dynamic_per_token_scaled_fp8_quant(out, scales, x)``: per row, ``scales = max(amax(|x|) / 448, 1 /
+  (448 * 512))`` (float32 ``[tokens, 1]``) and ``out = clamp(x / scales, -448, 448)`` as ``float8_e4m3fn``.
+- ``moe_sum(out, x)``: ``out = x.sum(1)``, the reduction over a token's ``topk`` expert outputs
+  (``x`` ``[tokens, topk, hidden]``).
+- ``moe_align_block_size(sorted_token_ids, expert_ids, num_tokens_post_pad, topk_ids, num_experts,
+  block_size)``: the routed (token, expert) pairs of ``topk_ids`` (int32 ``[tokens, topk]``) grouped by expert
+  and each group padded to a multiple of ``block_size``, for the fused MoE GEMM: integer outputs, exact (the
+  template's docstring states the layout). It has no floating tensors: its dtype is ``int32``.
 
-Shapes come from a model's dimensions (hidden size, intermediate size, heads, KV heads, head size)
-and a batch drawn per seed; ``scale="cpu"`` keeps a call in the milliseconds on one CPU core,
+Shapes come from a model's dimensions (hidden size, intermediate size, heads, KV heads, head size,
+experts) and a batch drawn per seed (the cache write and the MoE alignment draw a whole step's tokens:
+their cost is per token); ``scale="cpu"`` keeps a call in the milliseconds on one CPU core,
 ``scale="cuda"`` draws serving-sized batches.
 """
 
@@ -34,27 +49,52 @@ from typing import Any
 
 import torch
 
-OPS = ("rms_norm_residual", "silu_and_mul", "rotary_embedding", "paged_attention_decode")
+OPS = ("rms_norm_residual", "silu_and_mul", "rotary_embedding", "paged_attention_decode", "reshape_and_cache",
+       "dynamic_per_token_scaled_fp8_quant", "moe_sum", "moe_align_block_size")
 DTYPES = ("bfloat16", "float16", "float32")
+INTEGER_OPS = ("moe_align_block_size",)   # no floating tensors: no dtype to draw or pin
 OUTPUTS = {"rms_norm_residual": ("out",), "silu_and_mul": ("out",), "rotary_embedding": ("query_out", "key_out"),
-           "paged_attention_decode": ("out",)}
-INOUT = {"rms_norm_residual": ("residual",)}
+           "paged_attention_decode": ("out",), "reshape_and_cache": (),
+           "dynamic_per_token_scaled_fp8_quant": ("out", "scales"), "moe_sum": ("out",),
+           "moe_align_block_size": ("sorted_token_ids", "expert_ids", "num_tokens_post_pad")}
+INOUT = {"rms_norm_residual": ("residual",), "reshape_and_cache": ("key_cache", "value_cache")}
+# In-place results whose elements a call must write arrive as NaN, as the outputs do: the harness checks every set
+# of a block for them (an op with no output tensor still shows a skipped call).
+POISONED = {"reshape_and_cache": ("key_cache", "value_cache")}
+FP8 = "float8_e4m3fn"
+FP8_MAX = 448.0
+FP8_MIN_SCALE = 1.0 / (FP8_MAX * 512.0)   # vLLM's floor of a dynamic scale (an all-zero row)
+TOPK = (2, 4, 8)   # experts per token of the MoE ops where the model is dense
+EXPERTS = (16, 32, 64, 128)   # and its experts
+MOE_BLOCK_SIZES = (16, 32, 64)   # the fused MoE GEMM's BLOCK_SIZE_M
+POISON_INT = -(2 ** 31)   # an integer output's poison (no valid index or count is negative)
 SCALES: dict[str, dict[str, tuple[int, int]]] = {
-    "cpu": {"tokens": (8, 96), "seqs": (2, 8), "seq_len": (1, 384)},
-    "cuda": {"tokens": (64, 4096), "seqs": (8, 64), "seq_len": (1, 2048)}}
+    "cpu": {"tokens": (8, 96), "seqs": (2, 8), "seq_len": (1, 384), "step_tokens": (32, 512)},
+    "cuda": {"tokens": (64, 4096), "seqs": (8, 64), "seq_len": (1, 2048), "step_tokens": (256, 4096)}}
+# Ops that see a whole step's tokens at once (prefill chunks and decodes together: every token's KV write, every
+# routed pair of an MoE layer), whose cost is per token or pair rather than per element of a wide row.
+STEP_OPS = ("reshape_and_cache", "moe_align_block_size")
 BLOCK_SIZE = 16
 MAX_POSITION = 4096
 
 
-def draw_shape(op: str, seed: int, model: dict[str, Any], scale: str = "cpu") -> dict[str, Any]:
-    """The shape, dtype and scalars of ``op``'s call for ``seed`` (standard library only: the env uses it too)."""
+def draw_shape(op: str, seed: int, model: dict[str, Any], scale: str = "cpu", dtype: str | None = None) -> dict[str, Any]:
+    """The shape, dtype and scalars of ``op``'s call for ``seed`` (standard library only: the env uses it too).
+
+    ``dtype`` pins the dtype; the seed's own draw of it is still made, so every other size is the same either way.
+    """
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    if dtype is not None and op in INTEGER_OPS:
+        raise ValueError(f"{op} has no floating tensors: it has no dtype to pin")
     rng = random.Random(f"{op}:{seed}")
     lim = SCALES[scale]
-    lo, hi = lim["tokens"]
+    lo, hi = lim["step_tokens" if op in STEP_OPS else "tokens"]
     tokens = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
-    shape: dict[str, Any] = {"op": op, "seed": seed, "dtype": rng.choice(DTYPES)}
+    drawn = rng.choice(DTYPES)
+    shape: dict[str, Any] = {"op": op, "seed": seed, "dtype": "int32" if op in INTEGER_OPS else dtype or drawn}
     if op == "rms_norm_residual":
         shape.update(num_tokens=tokens, hidden_size=model["hidden_size"], epsilon=rng.choice([1e-5, 1e-6]))
     elif op == "silu_and_mul":
@@ -62,6 +102,19 @@ def draw_shape(op: str, seed: int, model: dict[str, Any], scale: str = "cpu") ->
     elif op == "rotary_embedding":
         shape.update(num_tokens=tokens, num_heads=model["num_heads"], num_kv_heads=model["num_kv_heads"],
                      head_dim=model["head_dim"], rope_theta=rng.choice([10000.0, 500000.0, 1000000.0]))
+    elif op == "reshape_and_cache":   # a cache with room for half as many tokens again and more: slots scattered
+        shape.update(num_tokens=tokens, num_kv_heads=model["num_kv_heads"], head_dim=model["head_dim"],
+                     block_size=BLOCK_SIZE, num_blocks=math.ceil(1.5 * tokens / BLOCK_SIZE) + rng.randint(2, 8),
+                     num_padding=rng.randint(0, tokens // 8))
+    elif op == "dynamic_per_token_scaled_fp8_quant":
+        shape.update(num_tokens=tokens, hidden_size=model["hidden_size"])
+    elif op == "moe_sum":
+        shape.update(num_tokens=tokens, topk=model.get("num_experts_per_tok") or rng.choice(TOPK),
+                     hidden_size=model["hidden_size"])
+    elif op == "moe_align_block_size":
+        shape.update(num_tokens=tokens, topk=model.get("num_experts_per_tok") or rng.choice(TOPK),
+                     num_experts=model.get("num_experts") or rng.choice(EXPERTS),
+                     block_size=rng.choice(MOE_BLOCK_SIZES))
     else:
         s_lo, s_hi = lim["seqs"]
         seqs = rng.randint(s_lo, s_hi)
@@ -100,6 +153,17 @@ def input_specs(shape: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]
         t, d = shape["num_tokens"], shape["head_dim"]
         return {"positions": ("int64", (t,)), "query": (dt, (t, shape["num_heads"] * d)),
                 "key": (dt, (t, shape["num_kv_heads"] * d)), "cos_sin_cache": (dt, (MAX_POSITION, d))}
+    if op == "reshape_and_cache":
+        t, kv = shape["num_tokens"], (shape["num_kv_heads"], shape["head_dim"])
+        cache = (shape["num_blocks"], shape["block_size"], *kv)
+        return {"key": (dt, (t, *kv)), "value": (dt, (t, *kv)), "key_cache": (dt, cache), "value_cache": (dt, cache),
+                "slot_mapping": ("int64", (t,))}
+    if op == "dynamic_per_token_scaled_fp8_quant":
+        return {"x": (dt, (shape["num_tokens"], shape["hidden_size"]))}
+    if op == "moe_sum":
+        return {"x": (dt, (shape["num_tokens"], shape["topk"], shape["hidden_size"]))}
+    if op == "moe_align_block_size":
+        return {"topk_ids": ("int32", (shape["num_tokens"], shape["topk"]))}
     need = _blocks_needed(shape)
     cache = (sum(need) + 4, shape["block_size"], shape["num_kv_heads"], shape["head_dim"])
     return {"query": (dt, (shape["num_seqs"], shape["num_heads"], shape["head_dim"])), "key_cache": (dt, cache),
@@ -117,6 +181,17 @@ def output_specs(shape: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]
     if op == "rotary_embedding":
         t, d = shape["num_tokens"], shape["head_dim"]
         return {"query_out": (dt, (t, shape["num_heads"] * d)), "key_out": (dt, (t, shape["num_kv_heads"] * d))}
+    if op == "reshape_and_cache":
+        return {}   # its results are the caches, written in place
+    if op == "dynamic_per_token_scaled_fp8_quant":
+        t = shape["num_tokens"]
+        return {"scales": ("float32", (t, 1)), "out": (FP8, (t, shape["hidden_size"]))}   # the scales checked first
+    if op == "moe_sum":
+        return {"out": (dt, (shape["num_tokens"], shape["hidden_size"]))}
+    if op == "moe_align_block_size":
+        padded = moe_padded_size(shape)
+        return {"sorted_token_ids": ("int32", (padded,)), "expert_ids": ("int32", (-(-padded // shape["block_size"]),)),
+                "num_tokens_post_pad": ("int32", (1,))}
     return {"out": (dt, (shape["num_seqs"], shape["num_heads"], shape["head_dim"]))}
 
 
@@ -126,7 +201,14 @@ def scalars(shape: dict[str, Any]) -> dict[str, float]:
         return {"epsilon": shape["epsilon"]}
     if shape["op"] == "paged_attention_decode":
         return {"scale": 1.0 / math.sqrt(shape["head_dim"])}
+    if shape["op"] == "moe_align_block_size":
+        return {"num_experts": shape["num_experts"], "block_size": shape["block_size"]}
     return {}
+
+
+def moe_padded_size(shape: dict[str, Any]) -> int:
+    """The room ``moe_align_block_size`` has for its sorted ids: every pair, and each expert's group padded."""
+    return shape["num_tokens"] * shape["topk"] + shape["num_experts"] * (shape["block_size"] - 1)
 
 
 def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu", key: str = "") -> dict[str, Any]:
@@ -147,12 +229,20 @@ def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu", key:
         inp = {"x": randn("x"), "residual": randn("residual"), "weight": 1.0 + randn("weight", std=0.1)}
     elif op == "silu_and_mul":
         inp = {"x": randn("x", std=2.0)}
+    elif op == "reshape_and_cache":
+        inp = _cache_write_inputs(shape, g, device, randn)
+    elif op == "dynamic_per_token_scaled_fp8_quant":
+        inp = {"x": _rows_of_many_scales(shape, g, device)}
+    elif op == "moe_sum":
+        inp = {"x": randn("x")}
+    elif op == "moe_align_block_size":
+        inp = {"topk_ids": _routing(shape, g, device)}
     elif op == "rotary_embedding":
         t = shape["num_tokens"]
         inp = {"positions": torch.randint(0, MAX_POSITION, (t,), generator=g, dtype=torch.int64, device=device),
                "query": randn("query"), "key": randn("key"),
                "cos_sin_cache": cos_sin_cache(shape["head_dim"], shape["rope_theta"], dt)}
-    else:
+    else:   # paged_attention_decode
         need = _blocks_needed(shape)
         num_blocks = spec["key_cache"][1][0]
         order = torch.randperm(num_blocks - 1, generator=g, device=device)[: sum(need)].cpu() + 1  # 0 unused
@@ -167,9 +257,53 @@ def make_inputs(shape: dict[str, Any], index: int = 0, device: str = "cpu", key:
     return {**inp, **scalars(shape)}
 
 
+def _cache_write_inputs(shape: dict[str, Any], g: torch.Generator, device: str, randn: Any) -> dict[str, Any]:
+    """``reshape_and_cache``'s inputs: distinct scattered slots, some tokens padding (-1), destinations NaN."""
+    t = shape["num_tokens"]
+    slots = shape["num_blocks"] * shape["block_size"]
+    slot_mapping = torch.randperm(slots, generator=g, device=device)[:t]
+    slot_mapping[torch.randperm(t, generator=g, device=device)[: shape["num_padding"]]] = -1
+    inp = {"key": randn("key"), "value": randn("value"), "key_cache": randn("key_cache"),
+           "value_cache": randn("value_cache"), "slot_mapping": slot_mapping}
+    dst = slot_mapping[slot_mapping >= 0]
+    for name in POISONED["reshape_and_cache"]:
+        inp[name].view(slots, *inp[name].shape[2:])[dst] = math.nan
+    return inp
+
+
+def _rows_of_many_scales(shape: dict[str, Any], g: torch.Generator, device: str) -> torch.Tensor:
+    """fp8 quantisation's input: rows whose magnitudes span 20x either way, and one row of zeros (the scale's floor)."""
+    t, h = shape["num_tokens"], shape["hidden_size"]
+    x = torch.randn(t, h, generator=g, dtype=torch.float32, device=device)
+    x *= torch.exp(torch.rand(t, 1, generator=g, dtype=torch.float32, device=device) * 6.0 - 3.0)
+    x[int(torch.randint(0, t, (1,), generator=g, device=device))] = 0.0
+    return x.to(getattr(torch, shape["dtype"]))
+
+
+def _routing(shape: dict[str, Any], g: torch.Generator, device: str) -> torch.Tensor:
+    """``topk`` distinct experts per token, some experts far more popular than others (as a router picks them)."""
+    popularity = torch.exp(2.0 * torch.randn(shape["num_experts"], generator=g, device=device))
+    weights = popularity.expand(shape["num_tokens"], -1)
+    return torch.multinomial(weights, shape["topk"], replacement=False, generator=g).to(torch.int32)
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    """Fill ``t`` with the value a kernel must overwrite: NaN, or `POISON_INT` for an integer tensor."""
+    return t.fill_(math.nan if t.is_floating_point() else POISON_INT)
+
+
+def poisoned(t: torch.Tensor) -> torch.Tensor:
+    """Where ``t`` still holds the poison."""
+    return torch.isnan(t) if t.is_floating_point() else t == POISON_INT
+
+
+def poison_name(t: torch.Tensor) -> str:
+    return "NaN poison" if t.is_floating_point() else f"poison value {POISON_INT}"
+
+
 def make_outputs(shape: dict[str, Any], device: str = "cpu") -> dict[str, torch.Tensor]:
-    """The destination tensors of ``shape``'s call, filled with NaN (the poison a kernel must overwrite)."""
-    return {k: torch.full(size, math.nan, dtype=getattr(torch, dt), device=device)
+    """The destination tensors of ``shape``'s call, poisoned (NaN, or `POISON_INT`: what a kernel must overwrite)."""
+    return {k: poison(torch.empty(size, dtype=getattr(torch, dt), device=device))
             for k, (dt, size) in output_specs(shape).items()}
 
 
@@ -187,7 +321,8 @@ def min_bytes(shape: dict[str, Any]) -> int:
 
     Every element it must read once and every element it must write once: for paged attention only the
     cached tokens of each sequence (not the slots past ``seq_lens``), for rotary only the positions, the
-    query and key (the cos/sin rows a call needs depend on its positions and are not counted). A lower
+    query and key (the cos/sin rows a call needs depend on its positions and are not counted), for the
+    cache write only the rows it copies and the slot mapping (not the rest of the caches). A lower
     bound: a kernel that moves fewer bytes than this cannot have computed its outputs.
     """
     ins, outs = input_specs(shape), output_specs(shape)
@@ -201,6 +336,10 @@ def min_bytes(shape: dict[str, Any]) -> int:
         return moved + kv + _nbytes(*ins["query"]) + _nbytes(*ins["seq_lens"]) + 4 * sum(_blocks_needed(shape))
     if shape["op"] == "rotary_embedding":
         return moved + sum(_nbytes(*ins[k]) for k in ("positions", "query", "key"))
+    if shape["op"] == "reshape_and_cache":   # each kept token's key and value read once and written once
+        kept = shape["num_tokens"] - shape["num_padding"]
+        row = _nbytes(shape["dtype"], (shape["num_kv_heads"], shape["head_dim"]))
+        return 4 * kept * row + _nbytes(*ins["slot_mapping"])
     return moved + sum(_nbytes(*spec) for spec in ins.values())
 
 

@@ -1,4 +1,4 @@
-"""The trusted side of a RSI/Kernel-v0 measurement: checks and times a kernel it never imports.
+"""The trusted side of a RSI/Kernel measurement: checks and times a kernel it never imports.
 
 ``python -I harness.py request.json result.json``, in a fresh sandbox holding only this file, ``isolation.py``,
 ``reference.py``, ``worker.py``, ``ops.py`` and the agent's ``kernel.py``. It reads the request (and the
@@ -12,28 +12,33 @@ What is trusted, and what the worker can and cannot do:
 - **memory**: every input and output tensor the kernel sees is allocated by this process, in memory it
   maps itself and shares with the worker (on the CPU a sealed memfd, which neither side can shrink; on
   CUDA a device buffer shared by its IPC handle). This process writes the inputs, poisons the outputs
-  with NaN and reads the results there itself; nothing comes back through the worker's serialisation,
-  and no function of the worker's process runs between the call and the check.
+  (and the elements an in-place result must write, `ops.POISONED`) with NaN and reads the results there
+  itself; nothing comes back through the worker's serialisation, and no function of the worker's
+  process runs between the call and the check.
 - **stopped outside requests**: the worker's whole process tree (every descendant, its own session or
   not, since orphans come back to this subreaper) is SIGSTOPped, and waited for until every thread is
   stopped, the moment each reply arrives, and continued only to serve the next request. So no thread or
   child of the kernel runs while this process fills inputs, reads outputs or times the eager reference:
   work deferred past the reply (a background thread, a patched function the worker calls later, a forged
   early reply) is not done when the outputs are read, and work ahead of a request has no inputs to work on.
+  The clock of a request runs from before the tree is continued until it is stopped again, so what a
+  deferred thread does finish between the reply and the stop (milliseconds on a loaded machine) is timed.
 - **inputs**: the timed sets are drawn from a generator keyed by the run's secret, so no kernel can
   compute them ahead from the public ``ops.py``, and every block brings new numbers into the same memory,
   so a cache by address or content replays wrong results; the correctness sets use public seeds.
 - **correctness**: for every check seed the kernel runs on one fresh set; the harness compares every
-  output with its float64 reference (per-dtype tolerances), checks the in-place results and that every
-  other input is unchanged;
+  output with its float64 reference (per-dtype tolerances; exact for a copy, fp8's own rounding for fp8),
+  checks the in-place results and that every other input is unchanged;
 - **timing**: per timed shape, after a warm-up, blocks of calls on distinct fresh sets, the eager
   reference here and the kernel in the worker, interleaved and alternating which goes first, for several
   rounds; the kernel's block is this process's clock around the ``run`` request (minus the least round
-  trip of an empty one); after each block, with the worker stopped, every set's outputs are checked free
-  of NaN poison and only then is one set drawn (from the secret-seeded RNG) and checked in full; speedup =
-  the fastest block's eager time per call / the fastest block's kernel time per call, geometric mean over shapes;
-- **roofline**: the device's memory bandwidth is measured here once per run (copies and reductions over
-  buffers from cache-sized to DRAM-sized, on one and on every core; the best of several); a kernel whose
+  trip of an empty one); after each block, with the worker stopped, every set's outputs (and poisoned
+  in-place results) are checked free of NaN poison and only then is one set drawn (from the secret-seeded
+  RNG) and checked in full; speedup = the fastest block's eager time per call / the fastest block's kernel
+  time per call, geometric mean over shapes;
+- **roofline**: the device's memory bandwidth is measured here (copies and reductions over cache-sized
+  buffers, on one and on every core; the best of several: a quick estimate first, and
+  the thorough one before any timing above the quick one is judged); a kernel whose
   time per call (its fastest block's whole request, round trip included, so that no noise in the
   subtraction can flag an honest kernel) implies moving `ops.min_bytes` faster than ``roofline_slack``
   (1.5) x that peak cannot have done its work in the timed call, and is refused (``excessive_speedup``),
@@ -95,6 +100,23 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
 
 
+# Both sides allocate alike: glibc's malloc keeps freed memory for reuse instead of handing each large block back to
+# the system and taking fresh, faulting, zeroed pages on the next call. Its default (a threshold that adapts as a
+# process runs) had a fresh worker pay page faults on every temporary a call allocates that the long-running
+# harness process did not: the same eager code on the same memory took 1.7x as long in the worker (silu_and_mul,
+# float32, 68 tokens: 3.4 ms against 2.0 ms). The harness sets these with mallopt, the worker by its environment.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MALLOC = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 2**31 - 1}   # 32 MiB: the largest mmap threshold glibc takes
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MALLOC[M_MMAP_THRESHOLD]),
+              "MALLOC_TRIM_THRESHOLD_": str(MALLOC[M_TRIM_THRESHOLD])}
+
+
+def _same_malloc() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        for option, value in MALLOC.items():
+            ctypes.CDLL(None).mallopt(option, value)
+
+
 def _read_reference() -> str:
     """The reference's source, its file and this one deleted (before the candidate's process starts)."""
     path = HERE / "reference.py"
@@ -113,6 +135,7 @@ def _load_reference(text: str) -> Any:
 READY_S = 15.0        # the worker's start: torch and kernel.py imported
 REPLY_S = 10.0        # any other request (a block of calls takes milliseconds)
 MAX_REPLY_BYTES = 1 << 20
+SIZING_CALLS = 2      # single calls per side that size a timed block
 
 
 class Worker:
@@ -121,7 +144,8 @@ class Worker:
     def __init__(self, op: str, device: str, arena: Arena) -> None:
         self.proc = subprocess.Popen([sys.executable, "-I", "worker.py", op, device, str(arena.fd), str(arena.size)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-                                     start_new_session=True, pass_fds=(arena.fd,) if arena.fd >= 0 else ())
+                                     start_new_session=True, pass_fds=(arena.fd,) if arena.fd >= 0 else (),
+                                     env={**os.environ, **MALLOC_ENV})
         self.tree = ProcessTree(self.proc.pid)
         self.turn = 0   # every request is numbered; a reply must carry its request's number, once
         self._buf = b""
@@ -179,21 +203,26 @@ class Worker:
             raise KernelFailure(f"the kernel's process sent an unexpected reply during {what}: {line[:200]!r}")
 
     def ask(self, cmd: str, **kw: Any) -> float:
-        """Send one request and wait for its reply; the seconds between the two (the tree runs only then)."""
+        """Send one request and wait for its reply; the seconds from continuing the tree to having it stopped again.
+
+        The clock runs from before the tree is continued until every thread of it is stopped, not only until the
+        reply: work the kernel leaves to a thread or a child after replying runs, if at all, while the clock does
+        (a loaded machine can take milliseconds to stop the tree, enough for a deferred call to finish unpaid).
+        """
         assert self.proc.stdin is not None
         self.turn += 1
         text = json.dumps({"cmd": cmd, "turn": self.turn, **kw}) + "\n"
+        t0 = time.perf_counter()
         self.tree.resume()
         try:
-            t0 = time.perf_counter()
             self.proc.stdin.write(text)
             self.proc.stdin.flush()
             line = self._readline(REPLY_S, cmd)
-            elapsed = time.perf_counter() - t0
         except (BrokenPipeError, OSError):
             raise KernelFailure(f"the kernel's process is gone (before {cmd})") from None
         finally:
             self._stop()
+        elapsed = time.perf_counter() - t0
         self._check(line, cmd)
         return elapsed
 
@@ -203,10 +232,10 @@ class Worker:
         self.proc.wait()
 
 
-def _rate(fn: Any, moved: int, reps: int, sync: Any) -> float:
-    """Bytes per second of ``reps`` calls of ``fn``, each moving ``moved`` bytes: the best of five timings."""
+def _rate(fn: Any, moved: int, reps: int, sync: Any, tries: int) -> float:
+    """Bytes per second of ``reps`` calls of ``fn``, each moving ``moved`` bytes: the best of ``tries`` timings."""
     best = 0.0
-    for _ in range(5):
+    for _ in range(tries):
         sync()
         t0 = time.perf_counter()
         for _ in range(reps):
@@ -216,14 +245,21 @@ def _rate(fn: Any, moved: int, reps: int, sync: Any) -> float:
     return best
 
 
-def peak_bandwidth(torch: Any, device: str, sync: Any) -> float:
+def peak_bandwidth(torch: Any, device: str, sync: Any, thorough: bool = True) -> float:
     """The most bytes per second this device moves: the best of copies (read + write) and sums (read).
 
-    Over buffers from cache-sized to DRAM-sized, on one core and on every core (a kernel may use them
-    all): the most lenient bound, since no correct kernel moves its bytes faster than the fastest level
-    of memory they can sit in.
+    Over cache-sized buffers (a DRAM-sized one is slower: it never sets the peak), on one core and on every
+    core (a kernel may use them all): the most lenient bound, since no correct kernel moves its bytes faster
+    than the fastest level of memory they can sit in. ``thorough=False`` times only the two smallest buffers,
+    a quarter of the bytes each, best of two: a lower estimate, seconds cheaper on a loaded machine, which only clears a
+    timing (never refuses one).
     """
-    sizes = [1 << 18, 1 << 21, 1 << 24, 1 << 26] if device == "cpu" else [1 << 24, 1 << 28, 1 << 30]
+    scale, tries = (1, 5) if thorough else (4, 2)
+    # The fastest level of memory sets the peak: a DRAM-sized buffer never does, and the quick estimate skips the
+    # largest cache-sized one too.
+    sizes = [1 << 18, 1 << 21, 1 << 24] if device == "cpu" else [1 << 24, 1 << 28]
+    if not thorough:
+        sizes = sizes[:2]
     threads = torch.get_num_threads()
     best = 0.0
     try:
@@ -232,9 +268,9 @@ def peak_bandwidth(torch: Any, device: str, sync: Any) -> float:
             for size in sizes:
                 src = torch.ones(size // 4, dtype=torch.float32, device=device)
                 dst = torch.empty_like(src)
-                reps = max(1, (1 << 25 if device == "cpu" else 1 << 32) // size)
-                best = max(best, _rate(lambda s=src, d=dst: d.copy_(s), 2 * size, reps, sync),
-                           _rate(lambda s=src: s.sum(), size, reps, sync))
+                reps = max(1, (1 << 25 if device == "cpu" else 1 << 32) // size // scale)
+                best = max(best, _rate(lambda s=src, d=dst: d.copy_(s), 2 * size, reps, sync, tries),
+                           _rate(lambda s=src: s.sum(), size, reps, sync, tries))
     finally:
         torch.set_num_threads(threads)
     return best
@@ -256,6 +292,8 @@ class Harness:
         self.mapped: tuple[str, int] | None = None
         self.views: Sets = []
         self.peak: float | None = None
+        self.thorough_peak = False
+        self._eager_sets: dict[str, list[dict[str, Any]]] = {}
 
     # ---- the shared sets -------------------------------------------------------------------------------
     def _map(self, shape: dict[str, Any], count: int) -> Sets:
@@ -275,22 +313,22 @@ class Harness:
                 if isinstance(t, self.torch.Tensor):
                     t.copy_(src[name])
             for t in out.values():
-                t.fill_(math.nan)
+                self.ops.poison(t)
         self.sync()
 
     # ---- correctness -----------------------------------------------------------------------------------
     def check_block(self, views: Sets, shape: dict[str, Any], first: int, key: str) -> None:
-        """After a call, the worker stopped: no NaN poison left in any set, then one set drawn and checked in full."""
+        """After a call, the worker stopped: no poison left in any set, then one set drawn and checked in full."""
         where = f"on {self.ops.describe(shape)}"
-        for k, (_, out) in enumerate(views):
+        poisoned = self.ops.POISONED.get(self.op, ())
+        for k, (inp, out) in enumerate(views):
             for name, got in out.items():
-                nan = int(self.torch.isnan(got).sum())
-                if nan == got.numel():
-                    raise KernelFailure(f"{name} was never written {where} (set {k + 1} of {len(views)}): "
-                                        "it still holds the NaN poison")
+                self._unpoisoned(name, got, where, f"set {k + 1} of {len(views)}")
+            for name in poisoned:
+                nan = int(self.torch.isnan(inp[name]).sum())
                 if nan:
-                    raise KernelFailure(f"{nan} of {got.numel()} elements of {name} are NaN {where} (set {k + 1} "
-                                        f"of {len(views)}: not written, or computed as NaN)")
+                    raise KernelFailure(f"{nan} elements of {name} are NaN {where} (set {k + 1} of {len(views)}): "
+                                        "elements the call must write in place still hold the NaN poison")
         pos = self.rng.randrange(len(views))      # drawn only now, after the call and with the worker stopped
         self.verify(views[pos], shape, first + pos, key)
 
@@ -301,29 +339,39 @@ class Harness:
         got_in, got_out = view
         inp = ops.make_inputs(shape, index, self.device, key)   # the set's numbers, drawn again here
         expected = self.ref.reference64(self.op, inp)          # float64, on the device (fast on a GPU)
-        atol, rtol = self.ref.TOLERANCES[shape["dtype"]]
         where = f"on {ops.describe(shape)}"
         for name, got in got_out.items():
+            atol, rtol = self.ref.tolerance(self.op, name, shape["dtype"])
             self._compare(name, got, expected[name], atol, rtol, where)
         for name, before in inp.items():
             if not isinstance(before, torch.Tensor):
                 continue
             if name in ops.INOUT.get(self.op, ()):
+                atol, rtol = self.ref.tolerance(self.op, name, shape["dtype"])
                 self._compare(f"{name} (updated in place)", got_in[name], expected[name], atol, rtol, where)
             elif not torch.equal(got_in[name], before):
                 raise KernelFailure(f"the kernel changed its input {name} {where}; only the outputs"
                                     f"{' and ' + ', '.join(ops.INOUT[self.op]) if self.op in ops.INOUT else ''}"
                                     " may be written")
 
+    def _unpoisoned(self, name: str, got: Any, where: str, set_note: str = "") -> None:
+        """`KernelFailure` where ``got`` still holds the poison (NaN, or an integer output's `ops.POISON_INT`)."""
+        left = int(self.ops.poisoned(got).sum())
+        if not left:
+            return
+        if left == got.numel():
+            at = f"{where} ({set_note})" if set_note else where
+            raise KernelFailure(f"{name} was never written {at}: it still holds the {self.ops.poison_name(got)}")
+        floating = got.is_floating_point()
+        what = "are NaN" if floating else f"still hold the {self.ops.poison_name(got)}"
+        why = "not written, or computed as NaN" if floating else "not written"
+        raise KernelFailure(f"{left} of {got.numel()} elements of {name} {what} {where} "
+                            f"({set_note + ': ' if set_note else ''}{why})")
+
     def _compare(self, name: str, got: Any, want: Any, atol: float, rtol: float, where: str) -> None:
         torch = self.torch
+        self._unpoisoned(name, got, where)
         got = got.double()
-        nan = int(torch.isnan(got).sum())
-        if nan == got.numel():
-            raise KernelFailure(f"{name} was never written {where}: it still holds the NaN poison")
-        if nan:
-            raise KernelFailure(f"{nan} of {got.numel()} elements of {name} are NaN {where} "
-                                "(not written, or computed as NaN)")
         bad = ~torch.isclose(got, want, atol=atol, rtol=rtol)
         if bool(bad.any()):
             err = (got - want).abs()
@@ -335,8 +383,15 @@ class Harness:
 
     # ---- timing ----------------------------------------------------------------------------------------
     def _reference_block(self, shape: dict[str, Any], count: int, first: int) -> float:
-        sets = [{**self.ops.make_inputs(shape, first + k, self.device, self.key),
-                 **self.ops.make_outputs(shape, self.device)} for k in range(count)]
+        """``count`` calls of eager, on sets drawn once per shape and kept: eager is ours, so no cache of its
+        answers is a concern, and drawing fresh numbers for it too had doubled the measurement's time (on a
+        loaded machine the drawing, not the timing, is what takes seconds). An in-place input grows or is
+        overwritten from call to call, which costs eager what the first call cost it."""
+        kept = self._eager_sets.setdefault(json.dumps(shape, sort_keys=True), [])
+        while len(kept) < count:
+            kept.append({**self.ops.make_inputs(shape, first + len(kept), self.device, self.key),
+                         **self.ops.make_outputs(shape, self.device)})
+        sets = kept[:count]
         self.sync()
         t0 = time.perf_counter()
         for args in sets:
@@ -356,15 +411,23 @@ class Harness:
         rounds, block_s = int(self.req["rounds"]), float(self.req["block_s"])
         cap = max(1, int(self.req["max_block_bytes"]) // max(self.ops.set_bytes(shape, self.device), 1))
         # The least round trip of an empty request: subtracting more than a block's own overhead would turn
-        # noise into speedup (a median here moved by milliseconds on a loaded machine).
-        noop = min(self.worker.ask("noop") for _ in range(9))
+        # noise into speedup (a median here moved by milliseconds on a loaded machine). More are taken beside every
+        # timed block, and the least of all is subtracted: on a loaded machine the first nine can all be slow.
+        noops = [self.worker.ask("noop") for _ in range(9)]
+        noop = min(noops)
         first, key = 1000, self.key
         self._reference_block(shape, 1, first)                       # warm-up
         self.kernel_block(shape, 1, first, key)
-        t_ref = self._reference_block(shape, 1, first + 1)           # the size of a block
-        t_ker = self.kernel_block(shape, 1, first + 1, key) - noop
-        n_ref = min(cap, max(1, math.ceil(block_s / max(t_ref, 1e-7))))
-        n_ker = min(cap, max(1, math.ceil(block_s / max(t_ker, 1e-7))))
+        # Blocks of ``block_s`` seconds a side. A single call of the kernel costs more than one among many (its round
+        # trip, a worker waiting to be scheduled on a loaded machine): blocks sized from it alone ran a few calls, which
+        # every hold-up then inflated far more than eager's. So: the fastest of a few single calls, then one whole
+        # block's own time per call.
+        def calls(per_call: float) -> int:
+            return min(cap, max(1, math.ceil(block_s / max(per_call, 1e-7))))
+
+        n_ref = calls(min(self._reference_block(shape, 1, first + 1 + j) for j in range(SIZING_CALLS)))
+        n_ker = calls(min(self.kernel_block(shape, 1, first + 1 + j, key) for j in range(SIZING_CALLS)) - noop)
+        n_ker = max(n_ker, calls((self.kernel_block(shape, n_ker, first + 100, key) - noop) / n_ker))
         ref_s, ker_s = [], []
         for r in range(rounds):
             base = first + (r + 1) * 1000
@@ -374,13 +437,16 @@ class Harness:
                     t = self._reference_block(shape, n_ref, base)
                     ref_s.append(t / n_ref)
                 else:
+                    noops.append(self.worker.ask("noop"))
                     t = self.kernel_block(shape, n_ker, base + 500, key)
                     ker_s.append(t / n_ker)
                 self.device_seconds += t
         # The fastest block of each: on a shared machine noise only ever adds time, so the minimum is the
         # most stable statistic (the median moved by 2x under load here); both sides get the same statistic.
+        # The round trip taken off never exceeds half the block: a block is sized to be mostly calls, so more
+        # would be noise in the round trips (one such paid a correct rotary kernel 1342x eager on a loaded machine).
         ref, raw = min(ref_s), min(ker_s)
-        ker = max(raw - noop / n_ker, 1e-9)
+        ker = max(raw - min(noops) / n_ker, raw / 2)
         # The roofline takes the block's whole time, round trip included: an upper bound of the time per call,
         # so no noise in the subtraction can make an honest kernel look too fast.
         timing = {"seed": shape["seed"], "shape": self.ops.describe(shape), "reference_s": ref, "candidate_s": ker,
@@ -390,10 +456,17 @@ class Harness:
         return timing
 
     def _roofline(self, timing: dict[str, Any], per_call: float) -> None:
-        """Refuse a time per call in which the device cannot have moved the bytes a correct call needs."""
+        """Refuse a time per call in which the device cannot have moved the bytes a correct call needs.
+
+        A quick estimate of the peak clears a timing well within it; one above it is judged against the
+        thorough peak, measured then.
+        """
         if self.peak is None:
-            self.peak = peak_bandwidth(self.torch, self.device, self.sync)
+            self.peak = peak_bandwidth(self.torch, self.device, self.sync, thorough=False)
         slack = float(self.req["roofline_slack"])
+        if timing["bytes_per_s"] > slack * self.peak and not self.thorough_peak:
+            self.peak = max(self.peak, peak_bandwidth(self.torch, self.device, self.sync))
+            self.thorough_peak = True
         if timing["bytes_per_s"] > slack * self.peak:
             raise ExcessiveSpeedup(
                 f"excessive speedup on {timing['shape']}: {timing['speedup']:.1f}x eager, "
@@ -405,7 +478,8 @@ class Harness:
     # ---- the whole measurement ---------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         ops = self.ops
-        shapes = [ops.draw_shape(self.op, s, self.req["model"], self.req["scale"]) for s in self.req["check_seeds"]]
+        shapes = [ops.draw_shape(self.op, s, self.req["model"], self.req["scale"], self.req.get("dtype"))
+                  for s in self.req["check_seeds"]]
         body: dict[str, Any] = {"correct": False, "error": None, "checked": [], "timings": [], "speedup": None,
                                 "excessive_speedup": False}
         try:
@@ -435,6 +509,7 @@ def main(argv: list[str]) -> int:
     req_path.unlink()
     secret = bytes.fromhex(req.pop("secret"))
     _prctl(PR_SET_DUMPABLE, 0)
+    _same_malloc()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     reference_text = _read_reference()
     # Room for the largest block: at most max_block_bytes of sets, their alignment padding well under as much again.
