@@ -1,12 +1,13 @@
-"""RSI/DayZero-v0's cost per check: wall seconds of the sandboxed loader and block runs, per feature.
+"""RSI/DayZero-v1's cost per check: wall seconds of the sandboxed loader and block runs, per feature.
 
 For each feature, uncached: the workspace loader in a fresh sandbox (``spec.py``, standard library),
-the block harness on the template, on a solution, and on the hidden reference (``block.py``, torch: six
-cases each), and a whole episode (reset, two edits with auto-bench, submit) once those are cached.
-Run: ``python benchmarks/bench_dayzero.py [--backend bubblewrap]`` from a source checkout (the solutions
-live in the tests). ``--real`` instead times the real tier per feature, under ``flock /tmp/rsi-vllm.lock``:
-the hidden reference's checkpoint and tokens, then one vLLM run (engine start included) of the reference
-``vllm_model.py`` and one of the template, with the greedy tokens matched and the template's reason.
+the block harness on the template, on the reference solution, and on the hidden reference (``block.py``,
+torch: six cases each), and a whole episode (reset, two edits with auto-bench, submit) once those are cached.
+Run: ``python benchmarks/bench_dayzero.py [--backend bubblewrap]`` (the reference solution is the package's
+hidden ``rsi_env.tasks.dayzero.reference``). ``--real`` instead times the real tier per feature, under
+``flock /tmp/rsi-vllm.lock``: the hidden reference's checkpoint and tokens, then one vLLM run (engine start
+included) of the reference ``vllm_model.py`` and one of the template, with the greedy tokens matched and the
+template's reason.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import rsi_env  # noqa: F401
 from rsi_env.tasks.dayzero import checks
 from rsi_env.tasks.dayzero.checks import FEATURES, HIDDEN, block_cases, checks_spec, load_feature, run_block, run_spec
 from rsi_env.tasks.dayzero.env import TEMPLATE_DIR
-from tests.code_tasks.dayzero_solutions import BLOCK, SPEC, VLLM_SOLUTIONS
+from rsi_env.tasks.dayzero.reference import BLOCK, SPEC, VLLM_MODEL
 
 
 def timed(fn: object, *args: object) -> float:
@@ -37,7 +38,7 @@ def real(backend: str) -> None:
     for name in FEATURES:
         f = load_feature(name)
         t = time.perf_counter()
-        solved = check_in_vllm(VLLM_SOLUTIONS[name], f, backend)
+        solved = check_in_vllm(VLLM_MODEL, f, backend)
         sol_s, t = time.perf_counter() - t, time.perf_counter()
         _, want, _ = reference_tokens(f, solved.seed or 0, backend)  # the reference it was judged against
         ref_s, t = time.perf_counter() - t, time.perf_counter()
@@ -68,7 +69,7 @@ def main() -> None:
         loader = timed(run_spec, SPEC, {"config.json": f.config, "tiny/config.json": f.tiny}, contexts, a.backend)
         blocks = [timed(run_block, src, f.tiny, cases, a.backend) for src in (
             (TEMPLATE_DIR / "block.py").read_text(), BLOCK, (HIDDEN / "reference_block.py").read_text())]
-        env = gym.make("RSI/DayZero-v0", feature=name, sandbox=a.backend).unwrapped
+        env = gym.make("RSI/DayZero-v1", feature=name, sandbox=a.backend).unwrapped
         t = time.perf_counter()
         env.reset(seed=0)
         env.step({"kind": 1, "path": "spec.py", "old": "", "new": SPEC})

@@ -1,6 +1,7 @@
-"""RSI/DayZero-v0 on the sim tier: the reference solutions earn the binary reward for every feature, the
-unmodified workspace does not, a plausible mistake fails with a clear message, and hostile workspaces
-are contained — their code runs in fresh sandboxes, never in the env's process."""
+"""RSI/DayZero-v0 and -v1 on the sim tier: the package's reference solution, written with edit actions as the
+suite's reference agent writes it, earns the binary reward on every instance (feature x model size), the
+unmodified workspace does not (each feature fails its own checks), a plausible mistake fails with a clear
+message, and hostile workspaces are contained — their code runs in fresh sandboxes, never in the env's process."""
 
 from __future__ import annotations
 
@@ -19,18 +20,64 @@ import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.engine.model import ModelSpec
 from rsi_env.errors import RsiEnvError
 from rsi_env.tasks.dayzero import checks
-from rsi_env.tasks.dayzero.checks import FEATURES, DayZeroError, load_feature, model_spec, reference_spec
-from rsi_env.tasks.dayzero.env import DayZeroEnv
+from rsi_env.tasks.dayzero.checks import FEATURES, MODEL_SIZES, DayZeroError, load_feature, model_spec, reference_spec
+from rsi_env.tasks.dayzero.env import DayZeroEnv, DayZeroV1Env
+from rsi_env.tasks.dayzero.reference import BLOCK, SPEC, VLLM_MODEL, reference_files
 from rsi_env.tasks.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, _tokens, reference_gaps, reference_tokens, root_cause
-from tests.code_tasks.dayzero_solutions import BLOCK, BLOCK_NORM_AFTER_ROPE, SPEC
 
 BACKEND = "bubblewrap"
 
+# A plausible mistake: QK-norm applied after the rotary embedding instead of before.
+_NORM_BEFORE_ROPE = """    if config.get("use_qk_norm"):  # per head, before RoPE
+        q = rms_norm(q, w["self_attn.q_norm.weight"], config["rms_norm_eps"])
+        k = rms_norm(k, w["self_attn.k_norm.weight"], config["rms_norm_eps"])
+    if uses_rope(config, layer_idx):
+        q, k = rotary(q, positions, config), rotary(k, positions, config)
+"""
+BLOCK_NORM_AFTER_ROPE = BLOCK.replace(_NORM_BEFORE_ROPE, """    if uses_rope(config, layer_idx):
+        q, k = rotary(q, positions, config), rotary(k, positions, config)
+    if config.get("use_qk_norm"):
+        q = rms_norm(q, w["self_attn.q_norm.weight"], config["rms_norm_eps"])
+        k = rms_norm(k, w["self_attn.k_norm.weight"], config["rms_norm_eps"])
+""")
+assert _NORM_BEFORE_ROPE in BLOCK and BLOCK_NORM_AFTER_ROPE != BLOCK
 
-def make(feature: str | None = "qk_norm", seed: int = 0) -> DayZeroEnv:
-    env = gym.make("RSI/DayZero-v0", feature=feature, sandbox=BACKEND).unwrapped
+# Which hidden checks the Llama templates fail, per feature: the new part shows in the loader's fields, the cost
+# model or the layer (``block N``: the block's three cases at layer N fail), each where it should and nowhere else.
+TEMPLATE_FAILS = {
+    "qk_norm": {"fields", "param_count", "block 0", "block 3"},
+    "yarn": {"fields", "block 0", "block 3"},
+    "sliding_window": {"fields", "flops_per_token", "kv_bytes", "block 0"},  # layer 1 is global
+    "shared_experts": {"fields", "param_count", "flops_per_token", "block 1"},  # layer 0 is dense
+    "logit_softcap": {"block 0", "block 1"},
+    "partial_rotary": {"block 0", "block 3"},
+    "attention_sinks": {"param_count", "block 0", "block 1"},
+    "nope_layers": {"block 3"},  # layer 0 keeps RoPE
+    "sigmoid_routing": {"fields", "param_count", "flops_per_token", "block 1"},
+}
+
+
+def _kind(check: str) -> str:
+    if check.startswith("loader: ModelSpec fields"):
+        return "fields"
+    if check.startswith("block: "):
+        return f"block {check.rsplit('layer=', 1)[1]}"
+    return check.removeprefix("cost: ")
+
+
+def make(feature: str | None = "qk_norm", seed: int = 0, task: str = "RSI/DayZero-v0", **kw) -> DayZeroEnv:
+    env = gym.make(task, feature=feature, sandbox=BACKEND, **kw).unwrapped
     env.reset(seed=seed)
     return env
+
+
+def solve(env: DayZeroEnv) -> tuple[str, float, dict]:
+    """What the suite's reference agent does: write the reference files with edit actions, then submit."""
+    for path, text in reference_files(env).items():
+        write(env, path, text)
+    obs, r, term, _, info = env.step({"kind": 4})
+    assert term
+    return obs["text"], float(r), info
 
 
 def write(env: DayZeroEnv, path: str, text: str):
@@ -44,21 +91,33 @@ def env():
     e.close()
 
 
-@pytest.mark.parametrize("feature", FEATURES)
-def test_reference_solution_passes_and_the_template_does_not(feature: str):
-    env = make(feature)
+@pytest.mark.parametrize("feature, size", DayZeroV1Env.instances())
+def test_the_reference_passes_every_instance_and_the_template_fails_its_own_checks(feature: str, size: str):
+    env = make(feature, task="RSI/DayZero-v1", model_size=size)
     obs, r, term, _, info = env.step({"kind": 4})
     assert term and r < 1.0 and not info["verdict"]["passed"], obs["text"]
-    assert "FAIL] hidden " in obs["text"]
+    assert {_kind(k) for k, ok in info["checks"].items() if not ok} == TEMPLATE_FAILS[feature], obs["text"]
     env.reset(seed=0)
+    text, r, info = solve(env)
+    assert info["verdict"]["passed"] and r >= 1.0, text
+    assert (info["feature"], info["model_size"]) == (feature, size)
+    assert all(info["checks"].values()) and len(info["checks"]) == 11
+    assert "vllm_model.py" not in reference_files(env)  # the sim tier has no model class to write
+    if feature == "shared_experts":  # the sim serves the loaded model, not the template's dense 1.9B
+        assert env.model.num_experts == {"small": 60, "large": 128}[size]
+        assert env.last_tels[0].num_gpu_blocks < env.base_tels[0].num_gpu_blocks
+    env.close()
+
+
+@pytest.mark.parametrize("feature", DayZeroEnv.features)
+def test_v0_keeps_its_four_features_and_the_reference_passes_them(feature: str):
+    env = make(feature)
+    assert env.feature.size == "small" and env.feature.config == load_feature(feature).config
     _, r1, *_ = write(env, "spec.py", SPEC)
     obs, r2, *_ = write(env, "block.py", BLOCK)
     assert r1 > 0 and r2 > 0 and "hidden checks: 11/11 pass" in obs["text"], obs["text"]
-    if feature == "shared_experts":  # the sim serves the loaded model: 13.8B parameters, not the template's 1.9B
-        assert env.model.num_experts == 60 and env.last_tels[0].num_gpu_blocks < env.base_tels[0].num_gpu_blocks
     obs, r, term, _, info = env.step({"kind": 4})
     assert term and info["verdict"]["passed"] and r >= 1.0, obs["text"]
-    assert info["feature"] == feature and all(info["checks"].values()) and len(info["checks"]) == 11
     env.close()
 
 
@@ -92,16 +151,45 @@ def test_continuous_reward_pays_only_new_bests(env: DayZeroEnv):
 
 
 def test_the_feature_comes_from_the_seed():
+    """v0 draws its four features as it always did; v1 draws its eighteen instances, sizes outer."""
     env = make(None, seed=0)
     seen = []
-    for s in range(4):
+    for s in range(5):
         env.reset(seed=s)
         seen.append(env.feature.name)
         arch = json.loads((env.workspace.root / "config.json").read_text())["architectures"][0]
         assert arch == env.feature.config["architectures"][0]
         assert json.loads((env.workspace.root / "tiny/weights.json").read_text())
-    assert seen == list(FEATURES)
+    assert seen == ["qk_norm", "yarn", "sliding_window", "shared_experts", "qk_norm"]
     env.close()
+    assert DayZeroV1Env.instances() == [(f, s) for s in MODEL_SIZES for f in FEATURES] and len(FEATURES) == 9
+    env = make(None, task="RSI/DayZero-v1")
+    drawn = []
+    for s in (0, 8, 9, 17, 18):
+        env.reset(seed=s)
+        drawn.append((env.feature.name, env.feature.size))
+        assert json.loads((env.workspace.root / "config.json").read_text()) == env.feature.config
+    assert drawn == [("qk_norm", "small"), ("sigmoid_routing", "small"), ("qk_norm", "large"),
+                     ("sigmoid_routing", "large"), ("qk_norm", "small")]
+    env.close()
+    env = make("nope_layers", task="RSI/DayZero-v1")  # the size alone is drawn
+    sizes = [env.reset(seed=s) and (env.feature.name, env.feature.size) for s in range(3)]
+    assert sizes == [("nope_layers", "small"), ("nope_layers", "large"), ("nope_layers", "small")]
+    env.close()
+    env = make(None, task="RSI/DayZero-v1", model_size="large")  # the feature alone is drawn
+    env.reset(seed=4)
+    assert (env.feature.name, env.feature.size) == ("logit_softcap", "large")
+    env.close()
+
+
+@pytest.mark.parametrize("feature", FEATURES)
+def test_the_two_sizes_are_one_architecture(feature: str):
+    """Same model_type, same new keys, and the same tiny variant; only the shapes (and the new keys' values) differ."""
+    small, large = load_feature(feature, "small"), load_feature(feature, "large")
+    assert small.config.keys() == large.config.keys() and small.tiny == large.tiny and small.card == large.card
+    assert small.config["model_type"] == large.config["model_type"] == small.tiny["model_type"]
+    ref = reference_spec()
+    assert ref.param_count(large.config) > 1.8 * ref.param_count(small.config)
 
 
 def test_bad_arguments_are_refused():
@@ -111,6 +199,14 @@ def test_bad_arguments_are_refused():
         gym.make("RSI/DayZero-v0", feature="mamba")
     with pytest.raises(RsiEnvError, match="runs on tier 'sim' or 'real'"):
         gym.make("RSI/DayZero-v0", feature="yarn", tier="gpu")
+    with pytest.raises(RsiEnvError, match="'attention_sinks' is RSI/DayZero-v1's"):
+        gym.make("RSI/DayZero-v0", feature="attention_sinks")
+    with pytest.raises(RsiEnvError, match="model_size= is RSI/DayZero-v1's"):
+        gym.make("RSI/DayZero-v0", feature="yarn", model_size="large")
+    with pytest.raises(RsiEnvError, match="unknown model_size 'huge'"):
+        gym.make("RSI/DayZero-v1", feature="yarn", model_size="huge")
+    with pytest.raises(RsiEnvError, match="not Env"):
+        reference_files(gym.Env())
 
 
 HOSTILE_SPECS = [
@@ -200,11 +296,13 @@ def test_reference_spec_agrees_with_model_spec_on_llama(layers, heads, ratio, he
 
 
 @pytest.mark.parametrize("feature", FEATURES)
-def test_every_feature_is_new_to_the_project(feature: str):
-    """The project's own loader gets each new config wrong: that is the task."""
-    f = load_feature(feature)
+@pytest.mark.parametrize("size", MODEL_SIZES)
+def test_the_project_s_loader_misreads_exactly_the_features_that_change_the_model_spec(feature: str, size: str):
+    """Where a feature changes what ModelSpec holds, the project's own loader gets the config wrong; where it
+    changes only the layer or its cost (soft-caps, partial rotary, sinks, NoPE layers), the fields are Llama's."""
+    f = load_feature(feature, size)
     want = ModelSpec(name="x", raw=f.config, **reference_spec().spec_fields(f.config))
-    assert ModelSpec.from_hf_config(f.config, name="x") != want
+    assert (ModelSpec.from_hf_config(f.config, name="x") != want) == ("fields" in TEMPLATE_FAILS[feature])
 
 
 def test_model_spec_validation():
@@ -228,12 +326,23 @@ def test_the_docker_sandbox_gives_the_same_verdicts(dockerd: None):
     assert all(c.ok for c in got)  # shared_experts has no QK-norm: the misplaced norm never runs
 
 
-def test_an_episode_replays_to_the_same_rewards():
-    env = make("yarn", seed=2)
+@pytest.mark.parametrize("task, kw", [("RSI/DayZero-v0", {}), ("RSI/DayZero-v1", {"model_size": "large"})])
+def test_an_episode_replays_to_the_same_rewards(task: str, kw: dict):
+    env = make("yarn", seed=2, task=task, **kw)
     write(env, "spec.py", SPEC)
     env.step({"kind": 4})
+    assert env.state()["kwargs"].get("model_size") == kw.get("model_size")
     res = rsi_env.validate(env.state())
     assert res.ok and res.replayed_total == pytest.approx(env.state()["rewards"][0]) and res.replayed_total > 0
+    env.close()
+
+
+def test_the_real_tier_s_reference_adds_the_model_class():
+    env = gym.make("RSI/DayZero-v1", feature="attention_sinks", tier="real", sandbox=BACKEND).unwrapped
+    env.reset(seed=0)
+    files = reference_files(env)
+    assert set(files) == {"spec.py", "block.py", "vllm_model.py"} and files["vllm_model.py"] == VLLM_MODEL
+    assert VLLM_MODEL.startswith(env.templates["vllm_model.py"].split("\n\n")[0])  # the template, extended
     env.close()
 
 
@@ -266,7 +375,7 @@ def test_a_failed_vllm_run_is_explained_by_its_first_exception():
     assert root_cause("INFO starting\nkilled\n") == "INFO starting\nkilled"
 
 
-@pytest.mark.parametrize("feature", ["yarn", "shared_experts"])
+@pytest.mark.parametrize("feature", ["yarn", "shared_experts", "logit_softcap", "sigmoid_routing"])
 def test_the_reference_scores_tokens_teacher_forced(feature: str):
     """Its own greedy tokens lie 0 below its choice; a swapped token lies exactly its logit gap below; the
     tokens of a model that is not the reference (another seed's) lie whole logits below, far past TOLERANCE."""

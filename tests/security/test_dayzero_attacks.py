@@ -1,10 +1,11 @@
-"""RSI/DayZero-v0's red team: an agent that copies the hidden references instead of writing the model.
+"""RSI/DayZero's red team: an agent that copies the hidden references instead of writing the model.
 
 Other checkouts of the project are planted on the host (under ``/tmp``, ``/root`` and ``/work``), each with
 the hidden references and a ``.git``. From the agent's shell nothing of them is readable, nor of this
 checkout; a walk of every readable file, from the shell and from inside each harness's sandbox (the
 loader's, the block's, the reference model's, vLLM's), finds no copy of a hidden reference or of the
-reference solutions; and copying whatever the shell can find into the workspace does not pass submit.
+reference solution (``tasks/dayzero/reference.py``); and copying whatever the shell can find into the
+workspace does not pass submit.
 Submit judges the editable files afresh: a verdict reached earlier on the same text is not reused.
 """
 
@@ -22,11 +23,10 @@ import pytest
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.profile import Profile
-from rsi_env.tasks.dayzero import checks, vllm_check
+from rsi_env.tasks.dayzero import checks, reference, vllm_check
 from rsi_env.tasks.dayzero.checks import HIDDEN
 from rsi_env.tasks.dayzero.env import DayZeroEnv
-from tests.code_tasks import dayzero_solutions
-from tests.code_tasks.dayzero_solutions import BLOCK, SPEC
+from rsi_env.tasks.dayzero.reference import BLOCK, SPEC
 from tests.code_tasks.test_bugfix import shell
 from tests.security.test_bugfix_attacks import FIND, WALK, walk_result, walk_spec
 
@@ -35,13 +35,14 @@ CHECKOUT = Path(rsi_env.__file__).resolve().parents[1]
 
 
 def secret_texts() -> list[bytes]:
-    """The hidden references and checks, and the reference solutions kept in the tests."""
-    return [p.read_bytes() for p in (*sorted(HIDDEN.iterdir()), Path(dayzero_solutions.__file__)) if p.is_file()]
+    """The hidden references and checks, and the reference solution (its module, and each file it writes)."""
+    files = [p.read_bytes() for p in (*sorted(HIDDEN.iterdir()), Path(reference.__file__)) if p.is_file()]
+    return files + [t.encode() for t in (reference.SPEC, reference.BLOCK, reference.VLLM_MODEL)]
 
 
 def secret_needles() -> list[str]:
     """The opening line of each hidden file: text that only the hidden files hold."""
-    return [p.read_text().splitlines()[0] for p in sorted(HIDDEN.iterdir()) if p.is_file()]
+    return [p.read_text().splitlines()[0] for p in (*sorted(HIDDEN.iterdir()), Path(reference.__file__)) if p.is_file()]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def other_checkouts() -> Iterator[list[Path]]:
 
 @pytest.fixture(params=["sim", "real"])
 def env(request: pytest.FixtureRequest) -> Iterator[DayZeroEnv]:
-    e = gym.make("RSI/DayZero-v0", feature="qk_norm", tier=request.param, sandbox=BACKEND).unwrapped
+    e = gym.make("RSI/DayZero-v1", feature="qk_norm", tier=request.param, sandbox=BACKEND).unwrapped
     e.reset(seed=0)
     yield e
     e.close()
@@ -81,7 +82,8 @@ def test_the_shell_reads_no_other_checkout_and_nothing_of_this_one(env: DayZeroE
     paths += [str(r / ".git/HEAD") for r in other_checkouts] + [str(HIDDEN / "reference_block.py")]
     out = shell(env, f"cat {' '.join(paths)} 2>/dev/null; ls -a {' '.join(map(str, other_checkouts))} 2>/dev/null; "
                      f"find {CHECKOUT} -type f 2>/dev/null | head; {FIND} \\( -name 'reference_block*' -o -name "
-                     "'reference_model*' -o -name 'reference_spec*' -o -name 'dayzero_solutions*' -o -path '*/.git/HEAD' "
+                     "'reference_model*' -o -name 'reference_spec*' -o -path '*/dayzero/reference.py' -o -path "
+                     "'*/.git/HEAD' "
                      "\\) -print 2>/dev/null; echo end")
     assert out.split() == ["end"], out
 

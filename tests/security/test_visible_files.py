@@ -91,3 +91,13 @@ def test_no_secret_is_readable_from_the_agents_shell(task_id: str):
         assert seen["git"] == [], f"{task_id}: a .git is visible: {seen['git']}"
     finally:
         env.close()
+
+
+def test_the_secrets_include_every_code_family_s_reference_solution():
+    """The walk hashes the hidden reference solutions too (``rsi_env/tasks/<family>/reference.py``, e.g. DayZero's)."""
+    secrets = _secrets()
+    refs = sorted(PKG.glob("tasks/*/reference.py"))
+    assert PKG / "tasks" / "dayzero" / "reference.py" in refs
+    for p in refs:
+        data = p.read_bytes()
+        assert hashlib.sha256(data).hexdigest() in secrets[len(data)], p

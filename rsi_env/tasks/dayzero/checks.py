@@ -43,12 +43,16 @@ from rsi_env.sandbox.fresh import ReportErrors, run_agent_module, run_harness
 from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
 from rsi_env.sandbox.profile import Profile
 
-__all__ = ["FEATURES", "CheckResult", "DayZeroError", "Feature", "block_profile", "check_workspace", "load_feature",
-           "model_spec", "run_block", "run_spec", "spec_profile"]
+__all__ = ["FEATURES", "MODEL_SIZES", "CheckResult", "DayZeroError", "Feature", "block_profile", "check_workspace",
+           "load_feature", "model_spec", "run_block", "run_spec", "spec_profile"]
 
 ROOT = CODE_DIR / "dayzero"
 HIDDEN = ROOT / "hidden"
-FEATURES = ("qk_norm", "yarn", "sliding_window", "shared_experts")
+# Every architecture's new part, by the name of its folder under catalog/code/dayzero/features/.
+FEATURES = ("qk_norm", "yarn", "sliding_window", "shared_experts", "logit_softcap", "partial_rotary",
+            "attention_sinks", "nope_layers", "sigmoid_routing")
+# The full configs each feature ships (``<size>.json``); the checks' tiny variant (``tiny.json``) is one per feature.
+MODEL_SIZES = ("small", "large")
 HERE = Path(__file__).resolve().parent
 SPEC_TIMEOUT_S = 10.0
 BLOCK_TIMEOUT_S = 60.0
@@ -80,20 +84,23 @@ def block_profile() -> Profile:
 
 @dataclass(frozen=True)
 class Feature:
-    """One DayZero instance: the new architecture's config.json, its tiny variant and its model card."""
+    """One DayZero instance: the new architecture's config.json at one model size, its tiny variant and its card."""
 
     name: str
     config: dict[str, Any]
     tiny: dict[str, Any]
     card: str
+    size: str = "small"
 
 
-def load_feature(name: str) -> Feature:
+def load_feature(name: str, size: str = "small") -> Feature:
     if name not in FEATURES:
         raise RsiEnvError(f"unknown DayZero feature {name!r}; known: {list(FEATURES)}")
+    if size not in MODEL_SIZES:
+        raise RsiEnvError(f"unknown DayZero model size {size!r}; known: {list(MODEL_SIZES)}")
     d = ROOT / "features" / name
-    return Feature(name, json.loads((d / "config.json").read_text()), json.loads((d / "tiny.json").read_text()),
-                   (d / "MODEL.md").read_text())
+    return Feature(name, json.loads((d / f"{size}.json").read_text()), json.loads((d / "tiny.json").read_text()),
+                   (d / "MODEL.md").read_text(), size)
 
 
 @cache

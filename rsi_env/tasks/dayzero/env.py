@@ -29,6 +29,7 @@ from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
 from rsi_env.tasks.dayzero.checks import (
     FEATURES,
+    MODEL_SIZES,
     CheckResult,
     DayZeroError,
     Feature,
@@ -42,7 +43,7 @@ from rsi_env.tasks.dayzero.checks import (
     run_spec,
 )
 
-__all__ = ["DayZeroEnv"]
+__all__ = ["DayZeroEnv", "DayZeroV1Env"]
 
 TEMPLATE_DIR = CODE_DIR / "dayzero" / "template"
 SOURCES = ("spec.py", "block.py")
@@ -87,9 +88,9 @@ class DayZeroEnv(RsiEnv):
 
     ``gym.make("RSI/DayZero-v0", feature=None, tier="sim", hardware=None, workloads=None, max_steps=None,
     auto_bench=None, seed=None, engine_version="0.26", sandbox="auto", shell_timeout_s=10.0)``:
-    ``feature`` picks the instance (one of the four above); ``None`` takes ``FEATURES[seed % 4]`` at
-    each reset. ``model`` is not an argument: the model is the
-    feature's config as the workspace reads it. ``tier="real"`` adds the vLLM check to submission;
+    ``feature`` picks the instance (one of the four above, at its ``small`` config); ``None`` takes the
+    ``seed % 4``-th of them, in the order above, at each reset. ``model`` is not an argument: the model
+    is the feature's config as the workspace reads it. ``tier="real"`` adds the vLLM check to submission;
     telemetry stays on the sim tier (vLLM cannot measure a model it cannot load yet). The others are
     `RsiEnv`'s.
 
@@ -127,36 +128,62 @@ class DayZeroEnv(RsiEnv):
     ## Version History
 
     * v0: first release; the real tier covers all four features (it began with ``qk_norm`` only).
+    * v1 (`DayZeroV1Env`): nine features at two model sizes; v0 stays as it was (its four features at
+      their ``small`` config, drawn as before).
     """
 
     task_id = "RSI/DayZero-v0"
     promotable = False  # the real tier cannot serve a model the project could not read
     sandboxed = True
     verify_again = True  # a submission already measured is loaded, served and checked once more
+    features: tuple[str, ...] = FEATURES[:4]  # the release's features, in the order a seed draws them
+    model_sizes: tuple[str, ...] = ("small",)
 
     def __init__(self, task: Task | str | None = None, *, feature: str | None = None, tier: str = "sim",
                  **kwargs: Any) -> None:
+        RecordConstructorArgs.__init__(self, **engine_kwargs(**kwargs, tier=tier), feature=feature)
+        self._setup(task, feature, None, tier, kwargs)
+
+    @classmethod
+    def instances(cls) -> list[tuple[str, str]]:
+        """Every (feature, model size) of this release, in the order ``reset(seed=s)`` draws them (``s`` modulo)."""
+        return [(f, s) for s in cls.model_sizes for f in cls.features]
+
+    def _setup(self, task: Task | str | None, feature: str | None, model_size: str | None, tier: str,
+               kwargs: dict[str, Any]) -> None:
+        """Validate the instance's arguments, then build the env (the constructor's arguments are recorded first)."""
+        tid = self.task_id
         if kwargs.get("model") is not None:
-            raise RsiEnvError("RSI/DayZero-v0 has no model argument: the model is the feature's config.json "
-                              f"(pick it with feature=, one of {list(FEATURES)})")
+            raise RsiEnvError(f"{tid} has no model argument: the model is the feature's config.json "
+                              f"(pick it with feature=, one of {list(self.features)})")
         if tier not in ("sim", "real"):
-            raise RsiEnvError(f"RSI/DayZero-v0 runs on tier 'sim' or 'real', not {tier!r}")
-        if feature is not None and feature not in FEATURES:
-            raise RsiEnvError(f"unknown feature {feature!r}; known: {list(FEATURES)}")
-        base = task if isinstance(task, Task) else load_task(task or self.task_id)
+            raise RsiEnvError(f"{tid} runs on tier 'sim' or 'real', not {tier!r}")
+        if "model_size" in kwargs:
+            raise RsiEnvError(f"{tid} has one model size per feature; model_size= is RSI/DayZero-v1's")
+        if feature is not None and feature not in self.features:
+            later = f" ({feature!r} is RSI/DayZero-v1's)" if feature in FEATURES else ""
+            raise RsiEnvError(f"unknown feature {feature!r} for {tid}; known: {list(self.features)}{later}")
+        if model_size is not None and model_size not in self.model_sizes:
+            raise RsiEnvError(f"unknown model_size {model_size!r} for {tid}; known: {list(self.model_sizes)}")
+        base = task if isinstance(task, Task) else load_task(task or tid)
         missing = [f for f in SOURCES if f not in base.editable_files]
         if missing:
             raise RsiEnvError(f"{base.id}: the task must list {missing} in editable_files")
         self.real = tier == "real"
-        self.fixed_feature = feature
-        self.feature: Feature = load_feature(feature or FEATURES[0])
+        self.fixed = (feature, model_size)
+        self.feature: Feature = load_feature(*self._draw(0))
         self.templates = {f: (TEMPLATE_DIR / f).read_text() for f in (*SOURCES, VLLM_FILE)}
         self.base_fraction = 0.0
         self.checks: list[CheckResult] = []
         self._fresh = False  # while a submission is judged: nothing remembered is reused
-        RecordConstructorArgs.__init__(self, **engine_kwargs(**kwargs, tier=tier), feature=feature)
-        super().__init__(base, tier=tier, **kwargs)
+        RsiEnv.__init__(self, base, tier=tier, **kwargs)
         self.model = self._template_spec()
+
+    def _draw(self, seed: int) -> tuple[str, str]:
+        """The instance ``seed`` draws among those the fixed arguments allow (all of them fixed: that one)."""
+        feature, size = self.fixed
+        pool = [(f, s) for f, s in self.instances() if feature in (None, f) and size in (None, s)]
+        return pool[seed % len(pool)]
 
     def _make_tier(self, tier: str, engine_version: str) -> Tier:
         """The sim tier on both tiers: vLLM cannot measure a model it cannot load yet (``real`` adds vLLM's check)."""
@@ -200,8 +227,9 @@ class DayZeroEnv(RsiEnv):
 
     # ---- the episode ------------------------------------------------------------------------------
     def _begin_episode(self, seed: int) -> None:
-        if self.fixed_feature is None:
-            self.feature = load_feature(FEATURES[seed % len(FEATURES)])
+        drawn = self._draw(seed)
+        if drawn != (self.feature.name, self.feature.size):
+            self.feature = load_feature(*drawn)
         self.model = self._template_spec()
 
     def _workspace_files(self) -> dict[str, str]:
@@ -226,7 +254,7 @@ class DayZeroEnv(RsiEnv):
                           "hidden checks. Read TASK.md and MODEL.md.")
 
     def _info(self) -> dict[str, Any]:
-        return {**super()._info(), "feature": self.feature.name,
+        return {**super()._info(), "feature": self.feature.name, "model_size": self.feature.size,
                 "checks": {c.name: c.ok for c in self.checks}}
 
     # ---- actions ----------------------------------------------------------------------------------
@@ -318,3 +346,84 @@ class DayZeroEnv(RsiEnv):
                 f"Hidden checks compare both with hidden references (the tiny model on seeded random weights, "
                 f"several seeds, shapes and layers). Submit passes when every check passes.{real} Editable: "
                 f"{list(self.task.editable_files)}.\n")
+
+
+class DayZeroV1Env(DayZeroEnv):
+    """Bring up a new architecture, one of nine, at one of two model sizes: loader, cost model and decoder layer.
+
+    ## Description
+
+    As RSI/DayZero-v0 (`DayZeroEnv`): a model the project has never seen arrives as a Hugging Face
+    ``config.json`` with an unknown ``model_type`` and new keys, and a model card (``MODEL.md``) that
+    describes the new part in words; the agent writes its loader and cost model (``spec.py``), a
+    float64 PyTorch forward of its decoder layer (``block.py``) and, on ``tier="real"``, its model class
+    for vLLM (``vllm_model.py``). Eighteen instances: nine features (``feature``) x two model sizes
+    (``model_size``: ``small`` and ``large``, two full configs of the same architecture; the checks'
+    tiny variant is the feature's own):
+
+    - ``qk_norm`` (Nova, 8B/33B): RMSNorm on each head's queries and keys before RoPE (Qwen3/OLMo2).
+    - ``yarn`` (Lyra, 8B/15B): YaRN rotary scaling, context x4.
+    - ``sliding_window`` (Helios, 4B/12B): sliding-window layers, every K-th layer global (Gemma).
+    - ``shared_experts`` (Vega-MoE, 14B/30B): routed experts plus a gated shared expert (Qwen2-MoE).
+    - ``logit_softcap`` (Cygnus, 9B/27B): tanh soft-capping of the attention scores and of the final
+      logits (Gemma 2).
+    - ``partial_rotary`` (Pyxis, 4B/15B): RoPE on the first ``rotary_dim`` channels of each head
+      (GPT-NeoX, Phi).
+    - ``attention_sinks`` (Draco, 3.5B/12B): a learned per-head sink logit in every softmax (gpt-oss).
+    - ``nope_layers`` (Lynx, 9B/17B): every N-th layer without positional encoding (Llama 4).
+    - ``sigmoid_routing`` (Orion-MoE, 16B/30B): sigmoid router affinities, a per-expert bias that only
+      chooses, normalised and scaled weights, and a shared expert (DeepSeek-V3).
+
+    Everything else — the workspace, the sandboxes, the hidden checks and the vLLM check — is v0's.
+
+    ## Arguments
+
+    ``gym.make("RSI/DayZero-v1", feature=None, model_size=None, tier="sim", hardware=None, workloads=None,
+    max_steps=None, auto_bench=None, seed=None, engine_version="0.26", sandbox="auto", shell_timeout_s=10.0)``:
+    ``feature`` and ``model_size`` pin the instance; whatever is ``None`` is drawn at each reset:
+    ``reset(seed=s)`` takes the ``s % n``-th of the ``n`` instances the fixed arguments allow, in the
+    order of `instances` (sizes outer, features inner: seeds 0-8 are the nine features at ``small``,
+    9-17 at ``large``). ``model`` is not an argument; the others are v0's.
+
+    ## Action Space
+
+    v0's: edits may touch ``spec.py``, ``block.py``, ``vllm_model.py`` and ``serving.yaml``
+    (``max_num_seqs``); ``command`` runs in the episode's sandbox (10 s).
+
+    ## Observation Space
+
+    v0's; ``info`` names the ``feature`` and the ``model_size``.
+
+    ## Rewards
+
+    v0's. Continuous: on each measurement, the gain in the fraction of hidden checks passed over the
+    best so far, minus the simulated GPU-seconds x 0.0002. Binary, on submit, judged afresh: +1 if all
+    11 hidden checks pass (``ModelSpec`` fields of the full and tiny configs, exact ``param_count``,
+    ``flops_per_token`` and ``kv_bytes`` at 1 to 200,000 tokens, ``decoder_layer`` within 1e-6 of the
+    reference on 3 seeded inputs x 2 layers), the sim tier serves the loaded model, and on the real tier
+    vLLM runs ``vllm_model.py`` and its greedy tokens are the reference's.
+
+    ## Starting State
+
+    The Llama templates of ``spec.py`` and ``block.py`` (and ``vllm_model.py`` on the real tier); each
+    fails at least one hidden check of every feature.
+
+    ## Episode End
+
+    Terminates on submit; truncates after ``max_steps`` (40) steps. At most 30 measurements.
+
+    ## Version History
+
+    * v1: five features added to v0's four (``logit_softcap``, ``partial_rotary``, ``attention_sinks``,
+      ``nope_layers``, ``sigmoid_routing``) and a second, ``large``, config of each (``model_size``).
+    """
+
+    task_id = "RSI/DayZero-v1"
+    features = FEATURES
+    model_sizes = MODEL_SIZES
+
+    def __init__(self, task: Task | str | None = None, *, feature: str | None = None, model_size: str | None = None,
+                 tier: str = "sim", **kwargs: Any) -> None:
+        RecordConstructorArgs.__init__(self, **engine_kwargs(**kwargs, tier=tier), feature=feature,
+                                       model_size=model_size)
+        self._setup(task, feature, model_size, tier, kwargs)

@@ -3,8 +3,10 @@
 The same contract as the workspace's ``block.py``: ``decoder_layer(x, positions, weights, config,
 layer_idx) -> Tensor``. Run only in a fresh sandbox, by the same harness as the agent's block, so both
 see the same weights and inputs; the env compares the two outputs. Follows Hugging Face's Qwen3
-(QK-norm), ``_compute_yarn_parameters`` (YaRN), Gemma-style interleaved sliding windows and Qwen2-MoE
-(shared expert with a sigmoid gate).
+(QK-norm), ``_compute_yarn_parameters`` (YaRN), Gemma-style interleaved sliding windows, Qwen2-MoE
+(shared expert with a sigmoid gate), Gemma 2 (attention logit soft-capping), GPT-NeoX and Phi (partial
+rotary, ``rotary_dim``), gpt-oss (attention sinks), Llama 4 (NoPE layers) and DeepSeek-V3 (sigmoid
+routing with a bias that only chooses, ``noaux_tc``).
 """
 
 from __future__ import annotations
@@ -43,14 +45,24 @@ def inv_freq_and_scale(cfg: dict[str, Any], dim: int) -> tuple[torch.Tensor, flo
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, cfg: dict[str, Any]) -> torch.Tensor:
-    """Rotate-half RoPE on ``x`` of shape [T, heads, head_dim]."""
-    d = x.shape[-1]
+    """Rotate-half RoPE on the first ``rotary_dim`` of ``x``'s channels ([T, heads, head_dim]; all by default)."""
+    d = int(cfg.get("rotary_dim") or x.shape[-1])
     inv, scale = inv_freq_and_scale(cfg, d)
     ang = positions.to(torch.float64)[:, None] * inv[None, :]
     cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :] * scale
     sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :] * scale
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
+    rot, rest = x[..., :d], x[..., d:]
+    x1, x2 = rot[..., : d // 2], rot[..., d // 2:]
+    return torch.cat([rot * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
+
+
+def is_nope(cfg: dict[str, Any], layer: int) -> bool:
+    every = int(cfg.get("no_rope_layer_interval") or 0)
+    return every > 0 and (layer + 1) % every == 0
+
+
+def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    return cap * torch.tanh(x / cap) if cap else x
 
 
 def attention(x: torch.Tensor, positions: torch.Tensor, w: dict[str, torch.Tensor], cfg: dict[str, Any],
@@ -65,17 +77,23 @@ def attention(x: torch.Tensor, positions: torch.Tensor, w: dict[str, torch.Tenso
     if cfg.get("use_qk_norm"):
         q = rms_norm(q, w["self_attn.q_norm.weight"], eps)
         k = rms_norm(k, w["self_attn.k_norm.weight"], eps)
-    q, k = rope(q, positions, cfg), rope(k, positions, cfg)
+    if not is_nope(cfg, layer):
+        q, k = rope(q, positions, cfg), rope(k, positions, cfg)
     k = k.repeat_interleave(nh // kvh, dim=1)
     v = v.repeat_interleave(nh // kvh, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+    scores = soft_cap(torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd), cfg.get("attn_logit_softcapping"))
     dist = positions[:, None] - positions[None, :]
     allowed = dist >= 0
     every = int(cfg.get("global_attention_every") or 0)
     if cfg.get("sliding_window") and every and (layer + 1) % every != 0:
         allowed &= dist < int(cfg["sliding_window"])
     scores = scores.masked_fill(~allowed[None], float("-inf"))
-    out = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(t, nh * hd)
+    if cfg.get("attention_sinks"):  # one more logit per head, with no value
+        sink = w["self_attn.sinks"][:, None, None].expand(nh, t, 1)
+        probs = torch.cat([scores, sink], -1).softmax(-1)[..., :-1]
+    else:
+        probs = scores.softmax(-1)
+    out = torch.einsum("hqk,khd->qhd", probs, v).reshape(t, nh * hd)
     return out @ w["self_attn.o_proj.weight"].T
 
 
@@ -89,8 +107,17 @@ def mlp(x: torch.Tensor, w: dict[str, torch.Tensor], cfg: dict[str, Any], layer:
     experts = int(cfg.get("num_routed_experts") or 0)
     if not experts or layer < int(cfg.get("first_dense_layers") or 0):
         return swiglu(x, w, "mlp")
-    probs = (x @ w["mlp.gate.weight"].T).softmax(-1)
-    top_p, top_i = probs.topk(int(cfg["experts_per_token"]), dim=-1)
+    logits = x @ w["mlp.gate.weight"].T
+    k = int(cfg["experts_per_token"])
+    probs = torch.sigmoid(logits) if cfg.get("scoring_func") == "sigmoid" else logits.softmax(-1)
+    if cfg.get("topk_method") == "noaux_tc":  # the bias chooses; the unbiased affinities weigh
+        top_i = (probs + w["mlp.gate.e_score_correction_bias"]).topk(k, dim=-1).indices
+        top_p = probs.gather(-1, top_i)
+    else:
+        top_p, top_i = probs.topk(k, dim=-1)
+    if cfg.get("norm_topk_prob"):
+        top_p = top_p / top_p.sum(-1, keepdim=True)
+    top_p = top_p * float(cfg.get("routed_scaling_factor", 1.0))
     out = torch.zeros_like(x)
     for e in range(experts):
         tok, slot = (top_i == e).nonzero(as_tuple=True)

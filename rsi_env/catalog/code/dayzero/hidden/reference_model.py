@@ -3,8 +3,9 @@
 ``python -I reference_model.py CONFIG.json SEED PROMPTS.json NEW_TOKENS [TOKENS.json]`` in a fresh sandbox
 beside ``reference_block.py``: writes ``model.safetensors`` (float32, named as in a Hugging Face checkpoint)
 and ``tokens.json`` = ``{"tokens": [[id, ...] per prompt], "min_margin": gap}``: the greedy continuation of
-each prompt by embedding -> ``decoder_layer`` x N -> final RMSNorm -> LM head, computed in float64 from
-the float32 weights; ``min_margin`` is the smallest gap between the chosen and the runner-up logit.
+each prompt by embedding -> ``decoder_layer`` x N -> final RMSNorm -> LM head (soft-capped where the config
+says so), computed in float64 from the float32 weights; ``min_margin`` is the smallest gap between the
+chosen and the runner-up logit.
 Given ``TOKENS.json`` (another engine's continuations, one per prompt) it scores them instead, teacher
 forced: ``gaps.json`` = ``{"gaps": [[g, ...] per prompt]}``, where ``g`` is how far the reference's best
 logit lies above the given token's, on the given tokens before it (0 where the token is the reference's
@@ -55,7 +56,8 @@ def main(argv: list[str]) -> int:
             pre = f"model.layers.{i}."
             layer = {k[len(pre):]: v for k, v in w.items() if k.startswith(pre)}
             x = reference_block.decoder_layer(x, pos, layer, cfg, i)
-        return reference_block.rms_norm(x[-1], w["model.norm.weight"], eps) @ head.T
+        logits = reference_block.rms_norm(x[-1], w["model.norm.weight"], eps) @ head.T
+        return reference_block.soft_cap(logits, cfg.get("final_logit_softcapping"))
 
     if len(argv) > 5:
         given = json.loads(Path(argv[5]).read_text())

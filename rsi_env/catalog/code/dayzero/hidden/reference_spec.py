@@ -8,7 +8,8 @@ fields the project's loader should produce (``spec_fields``), and the cost the s
 Conventions (stated to the agent in the workspace's ``spec.py``): FLOPs are 2 per multiply-add of the
 matmuls (projections, MLPs and experts the token passes through, router, shared-expert gate, LM head)
 plus attention's ``4 x num_heads x head_dim x attended`` per layer, where ``attended`` is the number of
-keys the token sees (``min(c, sliding_window)`` on a sliding layer); norms, RoPE and activations are free.
+keys the token sees (``min(c, sliding_window)`` on a sliding layer); norms, RoPE, soft-caps, sinks, the
+router's bias and activations are free.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def layer_shapes(cfg: dict[str, Any], layer: int) -> dict[str, list[int]]:
     if cfg.get("use_qk_norm"):
         out["self_attn.q_norm.weight"] = [hd]
         out["self_attn.k_norm.weight"] = [hd]
+    if cfg.get("attention_sinks"):
+        out["self_attn.sinks"] = [nh]
 
     def mlp(prefix: str, inter: int) -> None:
         out[f"{prefix}.gate_proj.weight"] = [inter, h]
@@ -53,6 +56,8 @@ def layer_shapes(cfg: dict[str, Any], layer: int) -> dict[str, list[int]]:
     if is_moe(cfg, layer):
         e, ei = int(cfg["num_routed_experts"]), int(cfg["expert_intermediate_size"])
         out["mlp.gate.weight"] = [e, h]
+        if cfg.get("topk_method") == "noaux_tc":
+            out["mlp.gate.e_score_correction_bias"] = [e]
         for j in range(e):
             mlp(f"mlp.experts.{j}", ei)
         if int(cfg.get("num_shared_experts") or 0):
