@@ -139,9 +139,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                      host_measurements=args.host_measurements or None)
         else:
             base = load_calibration(args.hardware, args.engine_version, base_path) if base_path else None
+            terms = getattr(args, "terms", None)
             report = run_stage(args.stage, args.hardware, args.measurements, base=base,
                                engine_version=args.engine_version, out=args.out, seed=args.seed,
-                               max_nfev=args.max_nfev)
+                               max_nfev=args.max_nfev, terms=tuple(terms) if terms else None)
     except ValueError as e:
         raise RsiEnvError(str(e)) from e
     print(json.dumps(report, indent=2) if args.json else report["summary"])
@@ -217,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     about = {"full": "every term, from real-tier runs (or the experience store's), held-out configurations reported",
              "memory": "the memory terms of --base, from the KV-cache sizes (num_gpu_blocks) real runs found",
              "host": "the CPU-side terms of --base, from one host's runs (the host stage)",
-             "launch": "the CPU launch cost of a step with prompt tokens (piecewise_layer_s) of --base, from step "
-                       "traces"}
+             "launch": "the CPU launch costs of --base's steps outside a full CUDA graph (piecewise_layer_s, "
+                       "eager_layer_s), from step traces"}
     for stage, text in about.items():
         st = stages.add_parser(stage, help=text, description=text)
         st.add_argument("--hardware", required=True)
@@ -236,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             st.add_argument("--base", default=None,
                             help="the calibration YAML the stage starts from (default: the calibration in use)")
+        if stage == "launch":
+            st.add_argument("--terms", nargs="+", default=None, choices=("piecewise_layer_s", "eager_layer_s"),
+                            help="fit only these launch costs (default: every one the runs show)")
         st.add_argument("--max-nfev", type=int, default=60, help="least-squares evaluations of a timing fit")
         st.add_argument("--engine-version", default="0.26")
         st.add_argument("--out", default=None, help="where to write the calibration YAML")

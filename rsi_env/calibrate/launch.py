@@ -1,12 +1,19 @@
-"""The launch stage: a piecewise step's CPU launch cost (``piecewise_layer_s``) read off the real engine's step traces.
+"""The launch stage: the CPU launch costs of steps outside a full CUDA graph, read off the real engine's step traces.
 
-A step with prompt tokens runs piecewise CUDA graphs, each layer's attention called from Python between them, on the
-engine core's thread (`StepCost.dispatch`); under async scheduling that launch shows in the gap before the previous
-step's output. The step traces time it directly, with no queueing in between: every group of alike real steps that a
-piecewise step follows (`rsi_env.calibrate.step_groups`) is priced by the cost model, and the stage sets the one
-term so that the real steps take as long as priced, in the median over those groups weighted by their steps. The
-end-to-end timing fit cannot tell this term from the others (a TTFT too long is as well fixed by a slower front
-end); one number that only launches set can.
+On one GPU vLLM launches the model from the engine core's thread (`StepCost.dispatch`), beside the kernels. Two
+launches are read here, each from the runs that show it alone (`TERMS`):
+
+- ``piecewise_layer_s``: a step with prompt tokens runs piecewise CUDA graphs, each layer's attention called from Python
+  between them; under async scheduling that launch shows in the gap before the previous step's output, so the groups
+  of alike real steps that a piecewise step follows are read (`rsi_env.calibrate.step_groups`);
+- ``eager_layer_s``: with ``enforce_eager`` every layer's kernels are launched one by one from Python, every step; all
+  the groups of an eager run are read (traces without per-step compositions give their steady decode steps).
+
+The step traces time them directly, with no queueing in between: each group is priced by the cost model, and the stage
+sets each term so that its groups' real steps take as long as priced, in the median over those groups weighted by
+their steps. The end-to-end timing fit cannot tell these terms from the others (a TTFT too long is as well fixed by a
+slower front end); numbers that only launches set can. A run of the stage fits the terms its runs show (eager runs
+only: ``eager_layer_s`` alone), every other term kept.
 
 The cost grows with the term wherever the launches outlast the kernels, so the median ratio of real to priced
 falls as the term rises, and bisection finds it. As the other stages, it splits the rows by configuration
@@ -37,9 +44,13 @@ from rsi_env.engine.model import load_model
 from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.cost import GRAPH_MODES, StepCost
 
-__all__ = ["LAUNCH", "STAGE", "RunGroups", "fit_launch", "launch_error", "launch_groups"]
+__all__ = ["EAGER", "LAUNCH", "STAGE", "TERMS", "RunGroups", "fit_launch", "launch_error", "launch_groups"]
 
 LAUNCH = "piecewise_layer_s"
+EAGER = "eager_layer_s"
+TERMS = (LAUNCH, EAGER)  # the launch costs the stage reads, each from its own runs' groups
+# Each term's entry in a calibration's provenance.
+_ENTRY = {LAUNCH: "launch_stage", EAGER: "eager_launch_stage"}
 
 
 @dataclass(frozen=True)
@@ -50,27 +61,31 @@ class RunGroups:
     model: str
     flags: dict[str, Any]
     groups: tuple[StepGroup, ...]
+    term: str = LAUNCH  # the launch cost these groups time (`TERMS`)
 
 
-def launch_groups(rows: list[dict[str, Any]]) -> list[RunGroups]:
-    """Each row's groups of alike steps whose gap holds a piecewise step's launch: those a piecewise step follows
-    (async scheduling, vLLM's default), or the piecewise steps themselves (without it). Rows of dense models on one
-    GPU without enforce_eager only: a MoE model's pieces and several GPUs' workers launch otherwise, and
-    enforce_eager runs no graph."""
+def launch_groups(rows: list[dict[str, Any]], terms: tuple[str, ...] = (LAUNCH,)) -> list[RunGroups]:
+    """Each row's groups of alike steps whose gap holds a launch of one of ``terms``. ``piecewise_layer_s``: the groups
+    a piecewise step follows (async scheduling, vLLM's default), or the piecewise steps themselves (without it), of
+    runs without enforce_eager. ``eager_layer_s``: every group of an enforce_eager run (each step launches its own
+    kernels). Rows of dense models on one GPU only: a MoE model's pieces and several GPUs' workers launch otherwise."""
     pw = GRAPH_MODES["PIECEWISE"]
     out = []
     for row in rows:
         flags = row.get("flags") or {}
-        if (row.get("telemetry") or {}).get("error") or flags.get("enforce_eager"):
+        term = EAGER if flags.get("enforce_eager") else LAUNCH
+        if term not in terms or (row.get("telemetry") or {}).get("error"):
             continue
         if int(flags.get("tensor_parallel_size", 1)) * int(flags.get("pipeline_parallel_size", 1)) > 1:
             continue
         if load_model(row["model"]).is_moe:
             continue
         launched_next = (row.get("resolved") or {}).get("async_scheduling", True)
-        groups = tuple(g for g in step_groups(row) if (g.next_mode if launched_next else g.mode) == pw)
+        groups = tuple(g for g in step_groups(row)
+                       if term == EAGER or (g.next_mode if launched_next else g.mode) == pw)
         if groups:
-            out.append(RunGroups(f"{row['model']} {json.dumps(flags, sort_keys=True)}", row["model"], flags, groups))
+            out.append(RunGroups(f"{row['model']} {json.dumps(flags, sort_keys=True)}", row["model"], flags, groups,
+                                 term))
     return out
 
 
@@ -100,55 +115,76 @@ def launch_error(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec) -> d
 
 
 def fit_launch(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec, iterations: int = 40) -> Calibration:
-    """``cal`` with ``piecewise_layer_s`` set so that the median of real over priced is 1 (bisection in log space,
-    within the term's bounds: at a bound when even that leaves the steps too slow or too fast)."""
+    """``cal`` with each term the runs time (`RunGroups.term`) set so that the median of real over priced over its
+    groups is 1 (bisection in log space, within the term's bounds: at a bound when even that leaves the steps too slow
+    or too fast). The terms are independent: a group's price holds the launches of one of them only."""
     if not runs:
-        raise ValueError("fit_launch: no groups of steps followed by a piecewise step (dense models, one GPU, step "
-                         "traces with each step's composition)")
-    lo, hi = (math.log(b) for b in BOUNDS[LAUNCH])
+        raise ValueError("fit_launch: no groups of steps followed by a piecewise step or of an enforce_eager run "
+                         "(dense models, one GPU, step traces)")
+    for term in TERMS:
+        mine = [r for r in runs if r.term == term]
+        if mine:
+            cal = _bisect(mine, cal, hw, term, iterations)
+    return cal
+
+
+def _bisect(runs: list[RunGroups], cal: Calibration, hw: HardwareSpec, term: str, iterations: int) -> Calibration:
+    lo, hi = (math.log(b) for b in BOUNDS[term])
 
     def median(x: float) -> float:
-        return weighted_median(*_ratios(runs, cal.with_coefficients({LAUNCH: math.exp(x)}), hw))
+        return weighted_median(*_ratios(runs, cal.with_coefficients({term: math.exp(x)}), hw))
 
     if median(hi) >= 1.0:
-        return cal.with_coefficients({LAUNCH: math.exp(hi)})
+        return cal.with_coefficients({term: math.exp(hi)})
     if median(lo) <= 1.0:
-        return cal.with_coefficients({LAUNCH: math.exp(lo)})
+        return cal.with_coefficients({term: math.exp(lo)})
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if median(mid) > 1.0 else (lo, mid)
-    return cal.with_coefficients({LAUNCH: math.exp(0.5 * (lo + hi))})
+    return cal.with_coefficients({term: math.exp(0.5 * (lo + hi))})
 
 
 def _items(rows: list[dict[str, Any]], where: str) -> list[RunGroups]:
-    """The runs' groups of steps a piecewise step's launch shows in (`launch_groups`)."""
-    runs = launch_groups(rows)
+    """The runs' groups of steps a launch shows in (`launch_groups`, every term)."""
+    runs = launch_groups(rows, TERMS)
     if not runs:
         raise ValueError(f"run_launch_calibration: no run in {where} has steps followed by a "
-                         "piecewise step (dense models on one GPU, step traces with each step's composition)")
+                         "piecewise step or is an enforce_eager run (dense models on one GPU, step traces)")
     return runs
 
 
 def _run(r: StageRun) -> tuple[Calibration, dict[str, Any], dict[str, Any]]:
-    """Split by configuration (`staged_fit`), and the end-to-end error on the base's host-stage runs."""
+    """Split by configuration (`staged_fit`), and the end-to-end error on the base's host-stage runs; one provenance
+    entry per term fitted (``launch_stage``, ``eager_launch_stage``), each with its own runs' split and errors."""
     fitted, report = staged_fit(r)
     base, hw = r.base, r.hw
     # The term moves every step with prompt tokens: the end-to-end error on the runs the base's host stage was fitted
     # on, before and after, shows what that costs on that host (and lets a test replay it).
     host_runs: list[str | Path] = [str(m) for m in (base.provenance.get("host_stage") or {}).get("measurements") or []]
-    if host_runs and all(Path(m).is_file() for m in host_runs):
+    if host_runs and all(Path(m).is_file() for m in host_runs) and LAUNCH in {x.term for x in r.items}:
         hs = load_samples(host_runs)
         report["host_runs"] = {"measurements": [str(m) for m in host_runs], "before": errors(evaluate(hs, base, hw)),
                                "after": errors(evaluate(hs, fitted, hw))}
-    return fitted, report, {
-        "launch_stage": {"measurements": [str(m) for m in r.measurements], "sha256_12": r.digest, "terms": [LAUNCH],
-                         "value": getattr(fitted, LAUNCH), "base_value": getattr(base, LAUNCH),
-                         "n_train_configs": report["n_train_configs"],
-                         "n_held_out_configs": report["n_held_out_configs"],
-                         "held_out_before": report["before"], "held_out_after": report["after"],
-                         "all_configs": report["all_configs"], **({"host_runs": report["host_runs"]}
-                                                                    if "host_runs" in report else {})}}
+    held = set(report["held_out_configs"])
+    entries: dict[str, Any] = {}
+    report["terms"] = {}
+    for term in TERMS:
+        mine = [x for x in r.items if x.term == term]
+        if not mine:
+            continue
+        ho = [x for x in mine if x.config_key in held]
+        part = {"n_train_configs": len({x.config_key for x in mine if x.config_key not in held}),
+                "n_held_out_configs": len({x.config_key for x in ho}),
+                "held_out_before": launch_error(ho, base, hw), "held_out_after": launch_error(ho, fitted, hw),
+                "all_configs_before": launch_error(mine, base, hw), "all_configs": launch_error(mine, fitted, hw)}
+        report["terms"][term] = {"value": getattr(fitted, term), "base_value": getattr(base, term), **part}
+        entries[_ENTRY[term]] = {
+            "measurements": [str(m) for m in r.measurements], "sha256_12": r.digest, "terms": [term],
+            "value": getattr(fitted, term), "base_value": getattr(base, term),
+            **{k: v for k, v in part.items() if k != "all_configs_before"},
+            **({"host_runs": report["host_runs"]} if term == LAUNCH and "host_runs" in report else {})}
+    return fitted, report, entries
 
 
-STAGE = Stage("launch", (LAUNCH,), lambda runs, start, hw, _max_nfev: fit_launch(runs, start, hw), launch_error,
-              Alone(_items, _run, launch_summary))
+STAGE = Stage("launch", TERMS, lambda runs, start, hw, _max_nfev: fit_launch(runs, start, hw), launch_error,
+              Alone(_items, _run, launch_summary, select=lambda runs, terms: [x for x in runs if x.term in terms]))

@@ -114,22 +114,23 @@ def host_summary(r: StageRun, report: dict[str, Any], fitted: Calibration) -> st
 
 
 def launch_summary(r: StageRun, report: dict[str, Any], fitted: Calibration) -> str:
-    """The launch stage's summary: the term before and after, the priced steps held out before and after and on
-    all, and the end-to-end error on the base's host-stage runs where it has them."""
-    (term,) = r.stage.terms
+    """The launch stage's summary: each term it fitted before and after, with its runs' priced steps held out before
+    and after and on all, and the end-to-end error on the base's host-stage runs where it has them."""
 
     def line(e: dict[str, Any]) -> str:
         return (f"{e['n_groups']} groups ({e['n_steps']} steps): real/priced median {e['median_real_over_priced']}, "
                 f"mean |log ratio| {e['mean_abs_log_ratio']}")
 
-    return "\n".join([
-        f"calibration {fitted.id}: {r.base.id} with {term} {getattr(r.base, term) * 1e6:.0f} -> "
-        f"{getattr(fitted, term) * 1e6:.0f} us from the step traces of {len({x.config_key for x in r.items})} "
-        f"configurations ({report['n_train_configs']} to fit, {report['n_held_out_configs']} held out)",
-        f"  launch stage before held_out: {line(report['before'])}",
-        f"  launch stage after  held_out: {line(report['after'])}",
-        f"  {_written(r.refit_all)} calibration on all: {line(report['all_configs'])} "
-        f"(the base: {line(report['all_configs_before'])})"]
-        + ([f"  end to end on the base's host-stage runs: before {mapes(report['host_runs']['before'])}",
-            f"                                          after  {mapes(report['host_runs']['after'])}"]
-           if "host_runs" in report else []))
+    lines = [f"calibration {fitted.id}: {r.base.id} with the launch stage from the step traces of "
+             f"{len({x.config_key for x in r.items})} configurations ({report['n_train_configs']} to fit, "
+             f"{report['n_held_out_configs']} held out)"]
+    for term, t in report["terms"].items():
+        lines += [f"  {term} {t['base_value'] * 1e6:.0f} -> {t['value'] * 1e6:.0f} us",
+                  f"    launch stage before held_out: {line(t['held_out_before'])}",
+                  f"    launch stage after  held_out: {line(t['held_out_after'])}",
+                  f"    {_written(r.refit_all)} calibration on all: {line(t['all_configs'])} "
+                  f"(the base: {line(t['all_configs_before'])})"]
+    return "\n".join(lines + (
+        [f"  end to end on the base's host-stage runs: before {mapes(report['host_runs']['before'])}",
+         f"                                          after  {mapes(report['host_runs']['after'])}"]
+        if "host_runs" in report else []))

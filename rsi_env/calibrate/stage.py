@@ -63,12 +63,14 @@ class Alone:
     (ValueError where there is none). ``run(r)``: the fitted calibration, the run's report and the provenance
     entries that record the stage (beside the base's). ``summary(r, report, calibration)``: what the CLI prints.
     ``digest_hardware``: the new id covers the hardware spec as well (the memory stage: the device's memory is what
-    its terms divide)."""
+    its terms divide). ``select(items, terms)``: the items that fit some of the stage's terms only (a user's
+    ``--terms``), where the stage reads each term from items of its own; None where it fits all its terms at once."""
 
     items: Callable[[list[dict[str, Any]], str], list[Any]]
     run: Callable[[StageRun], tuple[Calibration, dict[str, Any], dict[str, Any]]]
     summary: Callable[[StageRun, dict[str, Any], Calibration], str]
     digest_hardware: bool = False
+    select: Callable[[list[Any], tuple[str, ...]], list[Any]] | None = None
 
 
 def stage_base(who: str, hardware: str, base: Calibration | None,
@@ -87,6 +89,8 @@ def staged_fit(r: StageRun) -> tuple[Calibration, dict[str, Any]]:
     Returns the calibration and the stage's report (its base, split and errors)."""
     fit, error, base, hw = r.stage.fit, r.stage.error, r.base, r.hw
     train, held = split(r.items, r.seed)
+    if not train:  # one configuration, not the defaults: nothing to hold out from (as the host stage)
+        train, held = r.items, []
     fitted = fit(train, base, hw, r.max_nfev)
     report: dict[str, Any] = {
         "hardware": base.hardware, "engine_version": base.engine_version, "seed": r.seed, "base": base.id,

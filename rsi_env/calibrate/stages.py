@@ -24,19 +24,28 @@ STAGES: dict[str, Stage] = {s.name: s for s in (memory.STAGE, timing.STAGE, host
 
 def run_stage(name: str, hardware: str, measurements: list[str], *, base: Calibration | None = None,
               engine_version: str = "0.26", out: str | None = None, seed: int = 0, max_nfev: int = 60,
-              refit_all: bool = True) -> dict[str, Any]:
+              refit_all: bool = True, terms: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The stage ``name`` alone from ``base`` (default: the calibration in use) on the files ``measurements``: its
-    report, with the calibration (written to ``out`` if given) and the summary the CLI prints.
+    report, with the calibration (written to ``out`` if given) and the summary the CLI prints. ``terms``: only these of
+    the stage's terms, where it reads each from items of its own (`Alone.select`: the launch stage).
 
-    ValueError where the stage does not run alone, the base is another hardware's, or the files hold nothing the
-    stage fits on."""
+    ValueError where the stage does not run alone, the base is another hardware's, the terms are not the stage's to
+    choose, or the files hold nothing the stage fits on."""
     stage = STAGES[name]
     if stage.alone is None:
         raise ValueError(f"run_stage: the {name} stage runs within the whole fit (run_calibration), not alone")
+    if terms is not None and (stage.alone.select is None or not set(terms) <= set(stage.terms)):
+        raise ValueError(f"run_{name}_calibration: the {name} stage cannot fit {sorted(terms)} alone"
+                         + (f" (its terms: {list(stage.terms)})" if stage.alone.select else " (it fits all its terms)"))
     hw, base = stage_base(f"run_{name}_calibration", hardware, base, engine_version)
     texts, rows = read_rows(measurements)
     items = stage.alone.items(rows, str(list(measurements)))
+    if terms is not None and stage.alone.select is not None:
+        items = stage.alone.select(items, terms)
+        if not items:
+            raise ValueError(f"run_{name}_calibration: no run in {list(measurements)} shows {sorted(terms)}")
     salt = json.dumps(hw.to_dict(), sort_keys=True) if stage.alone.digest_hardware else ""
+    salt += json.dumps(sorted(terms)) if terms is not None else ""
     digest = hashlib.sha256((base.id + salt + "".join(texts)).encode()).hexdigest()[:12]
     r = StageRun(stage, items, rows, measurements, base, hw, digest, seed, max_nfev, refit_all)
     fitted, report, entries = stage.alone.run(r)

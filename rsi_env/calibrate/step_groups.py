@@ -18,6 +18,11 @@ scheduling).
 The trace does not carry each decode request's context: it is taken as the workload's mean prompt plus half its
 mean output. Workloads whose contexts that would misstate (long prompts, prefill chunks, shared prefixes) give no
 groups (`WORKLOADS`).
+
+Traces from before vLLM's iteration details were recorded (the first leases) say only how many requests ran and how
+many sampled a token each step; there, a step is taken as a decode of all the running requests where it and its two
+neighbours ran and sampled the same number (`steady_decodes`: on traces that have the compositions the rule picks
+decode-only steps 95-100 % of the time), and only such steps are grouped.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from rsi_env.engine.telemetry import GRAPH_MODES
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.cost import StepCost
 
-__all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "price_gap", "step_groups", "weighted_median"]
+__all__ = ["DECODE_BINS", "StepGroup", "decode_bin", "price", "price_gap", "steady_decodes", "step_groups",
+           "weighted_median"]
 
 DECODE_BINS = ((0, 32), (32, 64), (64, 128), (128, 192), (192, 256), (256, 384), (384, 1 << 20))
 # Short prompts, no shared prefix: a decode request's context is close to the workload's mean.
@@ -64,11 +70,41 @@ def decode_bin(decode_reqs: float) -> int:
     return next(a for a, b in DECODE_BINS if a <= decode_reqs < b)
 
 
+def steady_decodes(steps: dict[str, Any]) -> np.ndarray:
+    """Which steps of a trace without compositions were decodes of every running request: those that ran and sampled
+    the same number of requests as the steps on either side of them (no request joined, left or was chunked)."""
+    gen = np.asarray(steps["gen"], dtype=float)
+    run = np.asarray(steps["running"], dtype=float)
+    out = np.zeros(gen.size, dtype=bool)
+    if gen.size > 2:
+        mid = gen[1:-1]
+        out[1:-1] = ((mid > 0) & (mid == run[1:-1]) & (run[1:-1] == run[:-2]) & (run[1:-1] == run[2:])
+                     & (gen[:-2] == mid) & (gen[2:] == mid))
+    return out
+
+
+def _compositions(steps: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """Each step's tokens, decode and prompt requests, prompt tokens and running requests: the trace's own, or for a
+    trace without them its steady decode steps' (`steady_decodes`; the other steps marked as not read, -1)."""
+    names = ("tokens", "decode_reqs", "prefill_reqs", "prefill_tokens", "running")
+    if max(steps.get("decode_reqs") or [-1]) >= 0:
+        return {c: np.asarray(steps[c], dtype=float) for c in names}
+    if "gen" not in steps or "running" not in steps:
+        return None
+    steady = steady_decodes(steps)
+    gen = np.asarray(steps["gen"], dtype=float)
+    dec = np.where(steady, gen, -1.0)
+    zero = np.where(steady, 0.0, -1.0)
+    return {"tokens": np.where(steady, gen, 0.0), "decode_reqs": dec, "prefill_reqs": zero, "prefill_tokens": zero,
+            "running": np.asarray(steps["running"], dtype=float)}
+
+
 def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
-    """The groups of a real row's step trace; none where the trace has no compositions or the workload is not
-    one of `WORKLOADS`."""
+    """The groups of a real row's step trace; none where the workload is not one of `WORKLOADS` or the trace
+    says nothing of what its steps ran (`_compositions`)."""
     steps = row.get("steps") or {}
-    if row.get("workload") not in WORKLOADS or max(steps.get("decode_reqs") or [-1]) < 0:
+    cols = _compositions(steps) if row.get("workload") in WORKLOADS else None
+    if cols is None:
         return ()
     resolved = row.get("resolved") or {}
     sizes = resolved.get("cudagraph_capture_sizes") or []
@@ -76,8 +112,6 @@ def step_groups(row: dict[str, Any]) -> tuple[StepGroup, ...]:
     trace = Workload.from_dict(row["workload_spec"]).trace()
     ctx = float(np.mean(trace.prompt_len) + np.mean(trace.output_len) / 2)
     t = np.asarray(steps["t"], dtype=float)
-    cols = {c: np.asarray(steps[c], dtype=float) for c in ("tokens", "decode_reqs", "prefill_reqs",
-                                                            "prefill_tokens", "running")}
     def mode(k: int) -> int:
         if cols["tokens"][k] > max_graph:
             return GRAPH_MODES["NONE"]

@@ -53,7 +53,8 @@ class Calibration:
     piecewise_layer_s: float = 1.0e-5  # per layer, CPU to launch a step with prompt tokens: piecewise CUDA graphs,
     #                                    attention called from Python between them (overlaps the kernels: see
     #                                    StepCost.dispatch)
-    eager_layer_s: float = 6.0e-5      # per layer, batches run without any CUDA graph (enforce_eager)
+    eager_layer_s: float = 6.0e-5      # per layer, CPU to launch an enforce_eager step's kernels from Python (overlaps
+    #                                    the kernels: see StepCost.dispatch)
     uncaptured_layer_s: float = 3.0e-4  # per layer, CPU to launch a compiled model's batch above the largest CUDA
     #                                     graph (overlaps the kernels: see StepCost.dispatch)
     uncaptured_moe_layer_s: float = 2.0e-4  # ... and per MoE layer on top (routing, sorting, the expert kernels'

@@ -5,12 +5,13 @@ compute rate and its bytes at the calibrated bandwidth: the decoder's linear lay
 once per step, FLOPs on the CUDA-graph-padded token count; MoE reads only the experts the batch
 activates), the LM head on the sampled rows, prefill attention (FLOPs of each chunk against its
 context), decode attention (KV bytes read), tensor-parallel all-reduces, and per-step, per-request
-and per-layer overheads (eager launches; with fp8 weights, quantizing the activations before each linear
-layer). A MoE model's routed experts run vLLM's fused-MoE grouped GEMM, whose FLOP rate is a calibrated
-fraction of a dense GEMM's. Only a decode-only step within the captured sizes runs as one CUDA graph: a step with
-prompt tokens runs piecewise graphs with each layer's attention called from Python, and a step larger than the
-largest CUDA graph is launched piece by piece (a MoE layer's pieces cost more), on the engine core's thread,
-which overlaps the kernels but not the engine core's own CPU work (scheduling, outputs). With async scheduling
+and per-layer overheads (with fp8 weights, quantizing the activations before each linear layer). A MoE
+model's routed experts run vLLM's fused-MoE grouped GEMM, whose FLOP rate is a calibrated fraction of a dense
+GEMM's. Only a decode-only step within the captured sizes runs as one CUDA graph: a step with prompt tokens runs
+piecewise graphs with each layer's attention called from Python, a step larger than the largest CUDA graph is
+launched piece by piece (a MoE layer's pieces cost more), and with ``enforce_eager`` every layer's kernels are
+launched one by one from Python: on one GPU all of it on the engine core's thread, which overlaps the kernels but not
+the engine core's own CPU work (scheduling, outputs). With async scheduling
 that thread runs beside the device and the slower of the two sets the step's time; without it the thread's own
 work follows the step.
 """
@@ -122,12 +123,9 @@ class StepCost:
         """Device time every step adds to its kernels: fixed, per request and per token, and launch costs."""
         cal = self.cal
         t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens + self._quant_s
-        mode = self.graph_mode(num_tokens, uniform_decode)
-        if mode == _NO_GRAPH:
-            if self.cfg.enforce_eager:  # unfused kernels, each launched from Python
-                t += cal.eager_layer_s * self._layers
-            if self._tp > 1:  # two all-reduces a layer, each launched from Python
-                t += 2.0 * cal.eager_allreduce_s * self._layers
+        if self.graph_mode(num_tokens, uniform_decode) == _NO_GRAPH and self._tp > 1:
+            # two all-reduces a layer, each launched from Python
+            t += 2.0 * cal.eager_allreduce_s * self._layers
         return t
 
     def dispatch(self, num_tokens: int, uniform_decode: bool = True) -> float:
@@ -144,9 +142,17 @@ class StepCost:
         a prompt's next chunk alike), on Llama-3.1-8B `short_long`, one host at one time (8-10 ms at another);
         the piecewise step's own gap is 5-6 ms. Llama-3.2-1B, with half the layers, shows about half of it.
         A full CUDA graph (a decode-only step within the captured sizes) costs one launch, kept in ``step_s``.
+
+        With ``enforce_eager`` no graph is captured and every layer's kernels are launched one by one from Python
+        (``eager_layer_s`` a layer, any batch), on the same thread and beside the kernels in the same way: a
+        small batch's eager decode step costs the launches plus the engine core's work, whatever the kernels
+        take. The real engine's steps say so where model size and layer count part: an eager decode step of a
+        few requests took 8-8.5 ms for Llama-3.2-1B's 16 layers and 13-16 ms for the 7-8B models' 28-32, whose
+        kernels take 3-4 times as long (as kernels added to launches, the 1B's would cost ~6 ms). Profile part:
+        ``launch`` (the device's wait while the thread launches).
         """
         if self.cfg.enforce_eager:
-            return 0.0
+            return self.cal.eager_layer_s * self._layers
         mode = self.graph_mode(num_tokens, uniform_decode)
         if mode == _NO_GRAPH:
             return self.cal.uncaptured_layer_s * self._layers + self.cal.uncaptured_moe_layer_s * self._moe_layers

@@ -9,6 +9,12 @@ requests admitted, while fewer than ``max_num_seqs`` run and their whole known s
 the free blocks, after a prefix-cache lookup capped at ``num_tokens - 1``. Without chunked prefill
 a prompt that does not fit the budget left blocks the queue.
 
+Async scheduling (vLLM's default): the engine core schedules step N+1 before it processes step N's output
+(``EngineCore.step_with_batch_queue``), so a request that arrives while step N runs is first scheduled in step
+N+2, and a request that finishes in step N still holds its place among the ``max_num_seqs`` and its KV blocks
+when step N+1 is scheduled: they are freed when its output is processed, for step N+2 (``draining``). A waiting
+request takes a finished one's place one step later than the finish, and a tight KV cache preempts a little more.
+
 Speed: runs of pure-decode steps in which nothing can change the batch (no arrival that could be
 admitted, no finish, no block shortage) are advanced in one vectorised span; their step times
 differ only by the growing KV read, so one roofline evaluation prices all of them.
@@ -198,6 +204,8 @@ class EngineSim:
         # With async scheduling vLLM schedules step N+1 as soon as step N is launched, so a request that
         # arrives while step N runs is first seen when step N+2 is scheduled.
         lag = cfg.async_scheduling
+        # Requests that finished in the last step, their slots and blocks freed once the next step is scheduled.
+        draining: list[int] = []
         last_dt = 0.0
         while done < n:
             # 1. arrivals
@@ -212,6 +220,9 @@ class EngineSim:
                     next_arr += 1
             n_wait = len(waiting) if fcfs else len(wait_sorted)
             if not running and not n_wait:
+                for i in draining:
+                    self._release(i, False)
+                draining.clear()
                 if next_arr >= (issued if closed else n):
                     break
                 now = max(now, float(self.arrival[order[next_arr]]))
@@ -223,7 +234,7 @@ class EngineSim:
             nrun = len(running)
 
             # 2. fast path: a span of pure-decode steps nothing can interrupt
-            if nrun and fcfs and nrun <= budget_max:
+            if nrun and fcfs and nrun <= budget_max and not draining:
                 c = comp[run_arr]
                 if int((known[run_arr] - c).max()) == 1:
                     admit_possible = n_wait > 0 or next_arr < (issued if closed else n)
@@ -283,7 +294,10 @@ class EngineSim:
                             if fin.size:
                                 for i in fin.tolist():
                                     self.finish[i] = now
-                                    self._release(i, False)
+                                    if lag:
+                                        draining.append(i)
+                                    else:
+                                        self._release(i, False)
                                     running.remove(i)
                                     done += 1
                                     if closed and issued < n:
@@ -387,7 +401,7 @@ class EngineSim:
             # 4. admit waiting requests (never in a step that preempted)
             admitted = 0
             if not preempted_now:
-                while budget > 0 and len(running) < max_seqs:
+                while budget > 0 and len(running) + len(draining) < max_seqs:
                     if fcfs:
                         if not waiting:
                             break
@@ -445,6 +459,11 @@ class EngineSim:
                     admitted += 1
 
             n_sched = len(sched_ids) + len(sched_arr)
+            if not n_sched and draining:
+                for i in draining:
+                    self._release(i, False)
+                draining.clear()
+                continue
             if not n_sched:
                 # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
                 if next_arr < (issued if closed else n) and not running:
@@ -469,6 +488,9 @@ class EngineSim:
             else:
                 ids_a, n_a = sched_arr, sched_n_arr
             comp[ids_a] += n_a
+            for i in draining:
+                self._release(i, False)
+            draining.clear()
             sampled = ids_a[comp[ids_a] == known[ids_a]]
             if sampled.size:
                 known[sampled] += 1
@@ -478,7 +500,10 @@ class EngineSim:
                 fin = sampled[out_left[sampled] == 0]
                 for i in fin.tolist():
                     self.finish[i] = now
-                    self._release(i, False)
+                    if lag:
+                        draining.append(i)
+                    else:
+                        self._release(i, False)
                     running.remove(i)
                     dirty = True
                     done += 1
@@ -489,6 +514,8 @@ class EngineSim:
             if self.check:
                 pool.check()
 
+        for i in draining:
+            self._release(i, False)
         return SimResult(
             arrival=self.arrival, first_token=self.first, finish=self.finish, prompt_len=self.prompt,
             output_len=self.out_len, generated=self.known - self.prompt, num_steps=steps,

@@ -114,3 +114,84 @@ def test_the_shipped_calibration_reproduces_its_launch_stage():
     rows = [json.loads(x) for m in stage["measurements"] for x in (ROOT / m).read_text().splitlines() if x.strip()]
     assert launch_error(launch_groups(rows), cal, load_hardware("h200")) == stage["all_configs"]
     assert stage["all_configs"]["median_real_over_priced"] == pytest.approx(1.0, abs=0.01)
+
+
+EAGER_RUNS = ROOT / "data" / "measurements" / "h200x2-vllm0.26" / "eager_steps.jsonl"
+
+
+def _eager_row(step_s: float, batch: int = 40, steps: int = 30) -> dict:
+    """An enforce_eager Llama-3.1-8B row of ``steps`` decode steps of ``batch`` requests, each ``step_s`` apart."""
+    cols: dict[str, list] = {c: [] for c in ("t", "tokens", "decode_reqs", "prefill_reqs", "prefill_tokens",
+                                             "running")}
+    for k in range(steps):
+        for c, v in zip(cols, (k * step_s, batch, batch, 0, 0, batch), strict=True):
+            cols[c].append(v)
+    return {"model": "llama-3.1-8b", "flags": {"enforce_eager": True}, "workload": "many_small",
+            "workload_spec": SPEC, "steps": cols, "telemetry": {"error": None},
+            "resolved": {"cudagraph_capture_sizes": [], "enforce_eager": True}}
+
+
+def test_eager_runs_set_the_eager_launch_cost_and_nothing_else():
+    """An enforce_eager run's every step launches its layers' kernels from Python: its groups time ``eager_layer_s``
+    (the piecewise term never reads them, nor the eager term a compiled run's). Steps timed as the cost model prices
+    them with 400 us a layer give 400 us back; a piecewise run beside it keeps its own term."""
+    from rsi_env.calibrate.launch import EAGER
+
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h200")
+    base = load_calibration("h200", "0.26").with_coefficients({EAGER: 100e-6})
+    true = base.with_coefficients({EAGER: 400e-6})
+    (g,) = step_groups(_eager_row(0.015))
+    cost = StepCost(m, hw, EngineConfig(enforce_eager=True).resolve(m, hw, "0.26"), true)
+    timed = _eager_row(price(cost, g))
+    assert launch_groups([timed]) == []  # the piecewise term's runs only, by default
+    (run,) = launch_groups([timed], (LAUNCH, EAGER))
+    assert run.term == EAGER
+    fitted = fit_launch([run], base, hw)
+    assert getattr(fitted, EAGER) == pytest.approx(400e-6, rel=1e-3)
+    assert {n for n in base.to_dict() if getattr(fitted, n) != getattr(base, n)} == {EAGER}
+    both = launch_groups([timed, _row({"dd": 0.006, "dp": 0.012, "pd": 0.006})], (LAUNCH, EAGER))
+    assert sorted(r.term for r in both) == [EAGER, LAUNCH]
+    refit = fit_launch(both, base, hw)
+    assert getattr(refit, EAGER) == pytest.approx(400e-6, rel=1e-3) and getattr(refit, LAUNCH) != getattr(base, LAUNCH)
+
+
+def test_the_launch_stage_fits_the_terms_asked_for(tmp_path, capsys):
+    """``rsi-env calibrate launch --terms``: only the runs of the terms asked for are read (a lease's eager runs stay
+    out of a piecewise refit), each term fitted records its own entry; a stage that fits all its terms at once, or a
+    term no run shows, is refused by name."""
+    from rsi_env.calibrate.launch import EAGER
+    from rsi_env.calibrate.stages import run_stage
+    from rsi_env.cli import main
+
+    shipped = load_calibration("h200", "0.26")
+    base = shipped.with_coefficients({EAGER: 100e-6})
+    rep = run_launch_calibration("h200", [str(EAGER_RUNS)], base=base, out=str(tmp_path / "e.yaml"), terms=(EAGER,))
+    cal = load_calibration("h200", "0.26", tmp_path / "e.yaml")
+    assert set(rep["terms"]) == {EAGER} and cal.provenance["eager_launch_stage"]["terms"] == [EAGER]
+    assert cal.provenance["launch_stage"] == base.provenance["launch_stage"]  # the piecewise record is the base's
+    assert {n for n in base.to_dict() if n not in ("id", "provenance") and getattr(cal, n) != getattr(base, n)} == {
+        EAGER}
+    assert getattr(cal, EAGER) == pytest.approx(getattr(shipped, EAGER), rel=1e-6)  # the shipped one's, from 100 us
+    assert cal.provenance["eager_launch_stage"]["all_configs"]["median_real_over_priced"] == pytest.approx(1.0, abs=0.02)
+    with pytest.raises(ValueError, match="shows"):
+        run_launch_calibration("h200", [str(EAGER_RUNS)], terms=(LAUNCH,))
+    with pytest.raises(ValueError, match="fits all its terms"):
+        run_stage("memory", "h200", [str(EAGER_RUNS)], terms=("non_torch_bytes",))
+    assert main(["calibrate", "launch", "--hardware", "h200", "--measurements", str(EAGER_RUNS), "--terms",
+                 "eager_layer_s", "--out", str(tmp_path / "f.yaml")]) == 0
+    assert "eager_layer_s" in capsys.readouterr().out
+
+
+def test_the_shipped_calibration_reproduces_its_eager_launch_stage():
+    """The shipped calibration's eager launch cost came from the training leases' enforce_eager step traces (the
+    two-H200 host's, with no per-step compositions: their steady decode steps): priced by the simulator as it
+    stands, they give the numbers it recorded, a median real/priced of 1, and none of them is an unseen set's."""
+    from rsi_env.calibrate.launch import EAGER
+
+    cal = load_calibration("h200", "0.26")
+    stage = cal.provenance["eager_launch_stage"]
+    assert stage["terms"] == [EAGER] and stage["value"] == getattr(cal, EAGER)
+    assert not any("heldout" in m for m in stage["measurements"])
+    rows = [json.loads(x) for m in stage["measurements"] for x in (ROOT / m).read_text().splitlines() if x.strip()]
+    assert launch_error(launch_groups(rows, (EAGER,)), cal, load_hardware("h200")) == stage["all_configs"]
+    assert stage["all_configs"]["median_real_over_priced"] == pytest.approx(1.0, abs=0.01)

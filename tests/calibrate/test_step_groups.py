@@ -98,3 +98,24 @@ def test_the_seventh_leases_dense_traces_have_groups_of_every_mode():
     assert all(g.real_s > 0 and g.n >= MIN_STEPS for g in groups)
     assert {r["workload"] for r in rows if step_groups(r)} <= {"burst_256", "short_long", "many_small",
                                                                "closed_short_long", "closed_many_small"}
+
+
+def test_a_trace_without_compositions_gives_its_steady_decode_steps():
+    """The first leases' traces say only how many requests ran and sampled each step: a step that ran and sampled as
+    many as the steps on either side of it is read as a decode of them all (a full graph within the largest size, none
+    with enforce_eager); a step where a request joined, left or was chunked is not read, nor its neighbours."""
+    t, gen, run = [0.0], [1], [1]
+    for k in range(3 * MIN_STEPS):  # 40 requests decoding, one joining at the middle step (a prompt beside them)
+        t.append(t[-1] + (0.020 if k == 3 * MIN_STEPS // 2 else 0.006))
+        n = 40 if k < 3 * MIN_STEPS // 2 else 41
+        gen.append(n)
+        run.append(n)
+    row = {"workload": "many_small", "workload_spec": SPEC, "steps": {"t": t, "gen": gen, "running": run,
+                                                                       "tokens": [-1] * len(t)},
+           "resolved": {"cudagraph_capture_sizes": [1, 2, 4, 512], "enforce_eager": False}}
+    (g,) = step_groups(row)  # 40 and 41 decodes share a bin; the steps next to the edges have no next step read
+    assert g.mode == g.next_mode == GRAPH_MODES["FULL"] and g.prefill_reqs == 0 and 40 < g.decode_reqs < 41
+    assert g.real_s == pytest.approx(0.006)  # the joining step (20 ms) and the steps beside it are out
+    assert g.n == 3 * MIN_STEPS - 6
+    eager = {**row, "resolved": {"cudagraph_capture_sizes": [], "enforce_eager": True}}
+    assert {g.mode for g in step_groups(eager)} == {GRAPH_MODES["NONE"]}

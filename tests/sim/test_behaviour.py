@@ -177,7 +177,7 @@ def test_a_step_with_prompt_tokens_launches_piecewise_graphs_from_the_engine_cor
     piecewise graphs with each layer's attention called from Python (``piecewise_layer_s`` a layer). That is CPU
     time beside the kernels: a small mixed step whose launches outlast its kernels takes its launches' time (the
     real traces' 8-14 ms gap before a prompt's first step on Llama-3.1-8B), a large prefill hides most of them, and
-    enforce_eager (every kernel launched from Python, `eager_layer_s`) has no graph pieces to launch."""
+    enforce_eager has no graph pieces to launch: it launches every layer's kernels from Python instead, every step."""
     from rsi_env.engine import EngineConfig, load_hardware, load_model
     from rsi_env.sim.calibration import load_calibration
     from rsi_env.sim.cost import StepCost
@@ -198,7 +198,39 @@ def test_a_step_with_prompt_tokens_launches_piecewise_graphs_from_the_engine_cor
     hidden = cost.step_time(*big) - cost_none.step_time(*big)
     assert hidden < 0.5 * (cost.step_time(*mixed) - cost_none.step_time(*mixed))
     eager = StepCost(m, hw, EngineConfig(enforce_eager=True).resolve(m, hw, "0.26"), cal)
-    assert eager.dispatch(240, uniform_decode=False) == 0.0
+    assert eager.dispatch(240, uniform_decode=False) == eager.dispatch(40) == pytest.approx(
+        cal.eager_layer_s * m.num_layers)
+
+
+def test_eager_launches_are_the_engine_core_threads_and_scale_with_layers_not_model_size():
+    """With enforce_eager every layer's kernels are launched from Python on the engine core's thread, beside the
+    kernels: a small batch's decode step costs its launches plus the engine core's work whatever its kernels take, so
+    Llama-3.2-1B (16 layers) pays half of Llama-3.1-8B's (32) though its kernels are a fraction; a step whose kernels
+    outlast the launches and that work costs its kernels. The real engine's eager decode steps of a few requests:
+    8-8.5 ms for the 1B, 13-16 ms for the 8B (the sixteenth lease)."""
+    from rsi_env.engine import EngineConfig, load_hardware, load_model
+    from rsi_env.sim.calibration import load_calibration
+    from rsi_env.sim.cost import StepCost
+
+    hw = load_hardware("h200")
+    cal = load_calibration("h200", "0.26")
+    small: dict[str, float] = {}
+    for name in ("llama-3.2-1b", "llama-3.1-8b"):
+        m = load_model(name)
+        eager = StepCost(m, hw, EngineConfig(enforce_eager=True).resolve(m, hw, "0.26"), cal)
+        step = (4, 4, 4, 4 * 300.0, 0.0, 0.0, True)
+        kernels = eager.kernels(4, 4, 4 * 300.0, 0.0, 0.0)
+        launches = cal.eager_layer_s * m.num_layers
+        assert kernels < launches  # a small batch: the launches set the pace
+        small[name] = eager.step_time(*step)
+        assert small[name] == pytest.approx(launches + eager.cpu_time(4))
+        # A big prefill's kernels outlast the launches: the launches hide behind them.
+        big = (8192, 1, 1, 0.0, 8192 * 8193 / 2.0, 0.0, False)
+        assert eager.step_time(*big) == pytest.approx(eager.kernels(8192, 1, 0.0, 8192 * 8193 / 2.0, 0.0)
+                                                      + eager.overhead(8192, 1, False))
+    # Both pay the engine core's same per-step work; the launches part by layer count alone.
+    cpu = cal.cpu_step_s + 4 * cal.cpu_per_req_s
+    assert (small["llama-3.1-8b"] - cpu) == pytest.approx(2.0 * (small["llama-3.2-1b"] - cpu))
 
 
 def test_uncaptured_launches_share_the_engine_core_thread_on_one_gpu():
@@ -228,3 +260,31 @@ def test_uncaptured_launches_share_the_engine_core_thread_on_one_gpu():
     captured = (256, 256, 256, 256 * 500.0, 0.0, 0.0, True)
     assert one.dispatch(256) == 0.0
     assert one_busier.step_time(*captured) - one.step_time(*captured) <= 5e-3 + 1e-12  # CPU-bound: exactly 5 ms
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_a_finished_request_holds_its_place_until_the_engine_core_processes_its_output(async_scheduling: bool):
+    """Under async scheduling vLLM schedules step N+1 before it processes step N's output: a request that finished in
+    step N still counts against max_num_seqs, and holds its KV blocks, when step N+1 is scheduled, so a waiting request
+    takes its place in step N+2; without async scheduling, in step N+1. Nothing leaks either way."""
+    import numpy as np
+
+    from rsi_env.engine import EngineConfig, load_hardware, load_model
+    from rsi_env.engine.workload import Trace
+    from rsi_env.sim.calibration import load_calibration
+    from rsi_env.sim.cost import StepCost
+    from rsi_env.sim.engine import EngineSim
+
+    m, hw = load_model("llama-3.1-8b"), load_hardware("h200")
+    cfg = EngineConfig(max_num_seqs=2, async_scheduling=async_scheduling).resolve(m, hw, "0.26")
+    cost = StepCost(m, hw, cfg, load_calibration("h200", "0.26"))
+    # A (3 tokens) and B (40) start at once; C waits for a place and gets A's.
+    trace = Trace(np.zeros(3), np.array([64, 64, 64]), np.array([3, 40, 5]), np.full(3, -1), np.zeros(3, np.int64),
+                  0, 0)
+    sim = EngineSim(cfg, cost, trace, 5000, check_invariants=True)
+    r = sim.run()
+    t = r.steps["t"]
+    step_of = {name: int(np.searchsorted(t, x)) for name, x in (("a_done", r.finish[0]), ("c_first", r.first_token[2]))}
+    assert step_of["c_first"] == step_of["a_done"] + (2 if async_scheduling else 1)
+    assert (r.generated == trace.output_len).all()
+    assert sim.pool.owned == 0 and not sim.pool.refs and sim.pool.free_plain + sim.pool.evictable == sim.pool.num_blocks
