@@ -176,7 +176,10 @@ def test_a_speedup_above_the_roofline_is_refused_and_paid_nothing(monkeypatch: p
     assert "cannot have done the work" in (res.error or "") and res.summary().startswith("REFUSED"), res.summary()
     ep = _episode(honest)
     assert ep["bench"]["reward"] <= 0 and ep["bench"]["result"].excessive_speedup, ep["bench"]["text"]
-    assert not ep["submit"]["passed"] and "excessive speedup" in ep["submit"]["text"], ep["submit"]["text"]
+    # Submit measures again, the thorough peak included: on a loaded machine that can outlast the step's 15 s,
+    # which fails the submission just the same.
+    assert not ep["submit"]["passed"] and ep["submit"]["reward"] <= 0, ep["submit"]["text"]
+    assert any(m in ep["submit"]["text"] for m in ("excessive speedup", "did not finish within")), ep["submit"]["text"]
 
 
 # fp8 quantisation with a made-up scale: no pass over x for its maximum, the quantised values consistent with

@@ -21,8 +21,9 @@ What is trusted, and what the worker can and cannot do:
   child of the kernel runs while this process fills inputs, reads outputs or times the eager reference:
   work deferred past the reply (a background thread, a patched function the worker calls later, a forged
   early reply) is not done when the outputs are read, and work ahead of a request has no inputs to work on.
-  The clock of a request runs from before the tree is continued until it is stopped again, so what a
-  deferred thread does finish between the reply and the stop (milliseconds on a loaded machine) is timed.
+  The clock of a request runs from before the tree is continued until its process group (and every process
+  known from earlier stops) is sent SIGSTOP, so what a deferred thread does finish between the reply and
+  the stop (milliseconds on a loaded machine) is timed.
 - **inputs**: the timed sets are drawn from a generator keyed by the run's secret, so no kernel can
   compute them ahead from the public ``ops.py``, and every block brings new numbers into the same memory,
   so a cache by address or content replays wrong results; the correctness sets use public seeds.
@@ -203,11 +204,13 @@ class Worker:
             raise KernelFailure(f"the kernel's process sent an unexpected reply during {what}: {line[:200]!r}")
 
     def ask(self, cmd: str, **kw: Any) -> float:
-        """Send one request and wait for its reply; the seconds from continuing the tree to having it stopped again.
+        """Send one request and wait for its reply; the seconds from continuing the tree to halting it again.
 
-        The clock runs from before the tree is continued until every thread of it is stopped, not only until the
-        reply: work the kernel leaves to a thread or a child after replying runs, if at all, while the clock does
-        (a loaded machine can take milliseconds to stop the tree, enough for a deferred call to finish unpaid).
+        The clock runs from before the tree is continued until its process group and every process known from
+        earlier stops are sent SIGSTOP, not only until the reply: a thread the kernel left work to had gone on
+        between the reply and the stop (milliseconds on a loaded machine, enough for deferred calls to finish
+        unpaid). Waiting until every thread has stopped, and looking for processes started meanwhile, comes
+        after the clock: on a loaded machine that wait is milliseconds of scheduling, not of the kernel's work.
         """
         assert self.proc.stdin is not None
         self.turn += 1
@@ -221,8 +224,9 @@ class Worker:
         except (BrokenPipeError, OSError):
             raise KernelFailure(f"the kernel's process is gone (before {cmd})") from None
         finally:
+            self.tree.halt()
+            elapsed = time.perf_counter() - t0
             self._stop()
-        elapsed = time.perf_counter() - t0
         self._check(line, cmd)
         return elapsed
 
@@ -254,7 +258,7 @@ def peak_bandwidth(torch: Any, device: str, sync: Any, thorough: bool = True) ->
     a quarter of the bytes each, best of two: a lower estimate, seconds cheaper on a loaded machine, which only clears a
     timing (never refuses one).
     """
-    scale, tries = (1, 5) if thorough else (4, 2)
+    scale, tries = (1, 3) if thorough else (4, 2)
     # The fastest level of memory sets the peak: a DRAM-sized buffer never does, and the quick estimate skips the
     # largest cache-sized one too.
     sizes = [1 << 18, 1 << 21, 1 << 24] if device == "cpu" else [1 << 24, 1 << 28]
@@ -425,9 +429,12 @@ class Harness:
         def calls(per_call: float) -> int:
             return min(cap, max(1, math.ceil(block_s / max(per_call, 1e-7))))
 
+        def calls_of_kernel(seconds: float, count: int) -> int:   # the round trip taken off, never more than half
+            return calls(max(seconds - noop, seconds / 2) / count)
+
         n_ref = calls(min(self._reference_block(shape, 1, first + 1 + j) for j in range(SIZING_CALLS)))
-        n_ker = calls(min(self.kernel_block(shape, 1, first + 1 + j, key) for j in range(SIZING_CALLS)) - noop)
-        n_ker = max(n_ker, calls((self.kernel_block(shape, n_ker, first + 100, key) - noop) / n_ker))
+        n_ker = calls_of_kernel(min(self.kernel_block(shape, 1, first + 1 + j, key) for j in range(SIZING_CALLS)), 1)
+        n_ker = max(n_ker, calls_of_kernel(self.kernel_block(shape, n_ker, first + 100, key), n_ker))
         ref_s, ker_s = [], []
         for r in range(rounds):
             base = first + (r + 1) * 1000
