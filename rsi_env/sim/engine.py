@@ -234,7 +234,8 @@ class EngineSim:
             nrun = len(running)
 
             # 2. fast path: a span of pure-decode steps nothing can interrupt
-            if nrun and fcfs and nrun <= budget_max and not draining:
+            # (requests still draining keep a waiting one out of the next step only: then no span is taken)
+            if nrun and fcfs and nrun <= budget_max and not (draining and n_wait):
                 c = comp[run_arr]
                 if int((known[run_arr] - c).max()) == 1:
                     admit_possible = n_wait > 0 or next_arr < (issued if closed else n)
@@ -289,6 +290,12 @@ class EngineSim:
                             tokens_total += k * nrun
                             busy += span
                             run_int += span * nrun
+                            if draining:  # the span's first step was scheduled beside them; their blocks go now
+                                kv_peak = max(kv_peak, pool.used - (int(newh.sum()) - hsum)
+                                              + int(((c + bs) // bs).sum()) - hsum)
+                                for i in draining:
+                                    self._release(i, False)
+                                draining.clear()
                             kv_peak = max(kv_peak, pool.used)
                             fin = run_arr[ol == k]
                             if fin.size:
