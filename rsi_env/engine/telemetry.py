@@ -1,18 +1,20 @@
 """`Telemetry`: what one measurement returns, on either tier (field names from docs/architecture.md).
 
 Both tiers produce per-request timestamps and a few engine counters; :func:`summarize` turns them
-into a `Telemetry`, so the two tiers compute percentiles, goodput and cost the same way.
+into a `Telemetry`, so the two tiers compute percentiles, goodput and cost the same way. Each
+`Telemetry` also carries its `Profile`: where the engine's time went (`rsi_env.engine.profile`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from rsi_env.engine.profile import Profile
 from rsi_env.engine.workload import SLO
 
 __all__ = ["GRAPH_MODES", "Telemetry", "RequestTimings", "summarize"]
@@ -45,6 +47,8 @@ class Telemetry:
     mean_batch_size: float = 0.0
     cost_per_mtok_usd: float = 0.0
     error: str | None = None
+    # Where the engine's time went (`Profile`; empty for a failed measurement or where nothing profiled it).
+    profile: Profile = field(default_factory=Profile)
     # Provenance: which tier and calibration produced it (not part of the comparison).
     tier: str = "sim"
     calibration: str | None = None
@@ -61,8 +65,11 @@ class Telemetry:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Telemetry:
+        """The telemetry ``to_dict`` wrote (unknown keys ignored; one stored before profiles has an empty one)."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        vals = {k: v for k, v in raw.items() if k in names}
+        vals["profile"] = Profile.from_dict(vals.get("profile"))
+        return cls(**vals)
 
     @classmethod
     def failed(cls, error: str, tier: str = "sim", calibration: str | None = None,
@@ -99,6 +106,7 @@ def summarize(
     mean_batch_size: float = 0.0,
     tier: str = "sim",
     calibration: str | None = None,
+    profile: Profile | None = None,
 ) -> Telemetry:
     """Reduce per-request timings to a `Telemetry` (TTFT, TPOT as docs/architecture.md defines them)."""
     start = float(np.min(t.arrival))
@@ -133,6 +141,7 @@ def summarize(
         num_gpu_blocks=int(num_gpu_blocks),
         mean_batch_size=float(mean_batch_size),
         cost_per_mtok_usd=cost if math.isfinite(cost) else 0.0,
+        profile=profile if profile is not None else Profile(),
         tier=tier,
         calibration=calibration,
     )

@@ -140,8 +140,9 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
 
     ## Observation Space
 
-    ``telemetry`` (12 fields: rates and latencies as ratios to vLLM's defaults, preemptions as
-    ``log1p``, hit rate and KV usage raw), ``config`` (each flag's position on its ladder),
+    ``telemetry`` (19 fields: rates and latencies as ratios to vLLM's defaults, preemptions as
+    ``log1p``, hit rate and KV usage raw, then the profile's seven parts as shares of the engine's time:
+    `rsi_env.envs.observation.PROFILE_FIELDS`), ``config`` (each flag's position on its ladder),
     ``budget`` (steps and measurements left, as fractions), ``action_mask`` (bench is masked once the
     measurement budget is spent), ``flag_mask`` (precision flags the task fixes are masked), and
     ``text`` (the last command's output, error or verdict). A task with no engine flags keeps one

@@ -1,9 +1,10 @@
 """What an `RsiEnv` shows the agent: its spaces, the observation dict and ``info``.
 
 The observation is `docs/architecture.md`'s ``Dict``: ``telemetry`` (ratios to the baseline's
-measurement, so that every model and chip reads alike), ``config`` (each flag's place on its
-ladder), ``budget``, ``action_mask``, ``flag_mask`` and ``text`` (printable ASCII, capped: what the
-agent reads of a command, an error or a verdict).
+measurement, so that every model and chip reads alike, then the last measurement's profile: each
+part's share of the engine's time, `PROFILE_FIELDS`), ``config`` (each flag's place on its ladder),
+``budget``, ``action_mask``, ``flag_mask`` and ``text`` (printable ASCII, capped: what the agent reads
+of a command, an error or a verdict; a measurement's text names the part that dominates its profile).
 """
 
 from __future__ import annotations
@@ -16,19 +17,24 @@ import numpy as np
 from gymnasium import spaces
 
 from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.profile import PARTS
 from rsi_env.engine.task import Task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.envs.actions import BENCH, FLAG, KIND_NAMES
 from rsi_env.reward.guards import Verdict
 
-__all__ = ["CHARSET", "EDIT_FIELD_MAX", "OBS_FIELDS", "TEXT_MAX", "Observing", "action_space", "clean", "observation_space"]
+__all__ = ["CHARSET", "EDIT_FIELD_MAX", "OBS_FIELDS", "PROFILE_FIELDS", "TEXT_MAX", "Observing", "action_space",
+           "clean", "observation_space"]
 
+# The profile's parts as shares of the engine's time (`rsi_env.engine.profile.Profile.fractions`), raw in [0, 1].
+PROFILE_FIELDS = tuple(f"profile_{p}" for p in PARTS)
 OBS_FIELDS = ("out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
               "num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak", "mean_batch_size",
-              "cost_per_mtok_usd")
+              "cost_per_mtok_usd", *PROFILE_FIELDS)
 _RATIO = {"out_tok_per_s", "goodput_req_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99",
           "mean_batch_size", "cost_per_mtok_usd"}
+_PROFILE_PART = dict(zip(PROFILE_FIELDS, PARTS, strict=True))
 TEXT_MAX = 2048
 CHARSET = string.printable
 EDIT_FIELD_MAX = 8192  # characters of an edit action's old and new
@@ -115,6 +121,9 @@ class Observing:
             for k, f in enumerate(OBS_FIELDS):
                 vals = []
                 for t, b in zip(self.last_tels, self.base_tels, strict=True):
+                    if f in _PROFILE_PART:
+                        vals.append(t.profile.fractions()[_PROFILE_PART[f]])
+                        continue
                     v, bv = float(getattr(t, f)), float(getattr(b, f))
                     if f in _RATIO:
                         vals.append(math.log(max(v, 1e-9) / max(bv, 1e-9)) if bv > 0 and v > 0 else 0.0)
@@ -141,8 +150,10 @@ class Observing:
         parts = []
         for w, t in zip(self.workloads, tels, strict=True):
             if t.ok:
+                bound = t.profile.summary()
                 parts.append(f"{w.name}: {t.out_tok_per_s:.0f} tok/s, goodput {t.goodput_req_per_s:.2f} req/s, "
-                             f"TTFT p50 {t.ttft_p50 * 1e3:.0f} ms, TPOT p99 {t.tpot_p99 * 1e3:.1f} ms")
+                             f"TTFT p50 {t.ttft_p50 * 1e3:.0f} ms, TPOT p99 {t.tpot_p99 * 1e3:.1f} ms"
+                             + (f", {bound}" if bound else ""))
             else:
                 parts.append(f"{w.name}: ERROR {t.error}")
         return "; ".join(parts)

@@ -131,10 +131,12 @@ class RealTier:
 
     def __init__(self, *, timeout_s: float = 900.0, python: str | None = None, record_tokens: int = 0,
                  env: dict[str, str] | None = None, usage_context: str = "server",
-                 engine_args: dict[str, Any] | None = None) -> None:
+                 engine_args: dict[str, Any] | None = None, profile: bool = True) -> None:
         """``engine_args``: vLLM ``EngineArgs`` fields outside `EngineConfig`'s vocabulary that the driver
-        passes through (``num_gpu_blocks_override``: a fixed KV-cache size, to force preemption in tests)."""
+        passes through (``num_gpu_blocks_override``: a fixed KV-cache size, to force preemption in tests).
+        ``profile``: replay each workload with the profiler on for its `Telemetry.profile` (False: left empty)."""
         self.timeout_s = timeout_s
+        self.profile = profile
         self.engine_args = dict(engine_args or {})
         self.python = python or sys.executable
         self.record_tokens = record_tokens
@@ -181,6 +183,8 @@ class RealTier:
                    "--usage-context", self.usage_context, "--record-tokens", str(self.record_tokens)]
             for k, v in {**cfg.to_dict(only_set=True), **self.engine_args}.items():
                 cmd += ["--set", f"{k}={json.dumps(v)}"]
+            if not self.profile:
+                cmd.append("--no-profile")
             if policy_keys is not None:
                 write_policy_keys(t / "policy_keys.json", policy_keys)
                 cmd += ["--policy-keys", str(t / "policy_keys.json")]

@@ -9,7 +9,9 @@ kernel compiles mid-measurement), sends each workload's exact token ids on its a
 outputs to time TTFT/TPOT/latency per request, and reads vLLM's own Prometheus counters
 (preemptions, prefix-cache queries and hits, KV-cache usage, tokens per step). One JSON line per
 workload goes to ``--out``, with every request's arrival, first-token and finish times (``requests``)
-and the engine's per-step trace (``steps``: `rsi_env.real.step_trace`).
+and the engine's per-step trace (``steps``: `rsi_env.real.step_trace`). The telemetry's ``profile`` comes from a
+replay of each workload with vLLM's torch profiler on, after every workload was measured
+(`rsi_env.real.profile_replay`; the row's ``profile`` says what was sampled; ``--no-profile`` skips it).
 
 ``--policy-keys FILE`` runs a scheduling policy (``RSI/Scheduler-v0``): vLLM's ``priority`` policy
 with `rsi_env.real.policy_scheduler.PolicyScheduler` as ``scheduler_cls``, which orders and preempts
@@ -24,6 +26,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -39,6 +42,7 @@ from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
 from rsi_env.real.host import CpuShares, cpu_probe_ms, host_info
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
+from rsi_env.real.profile_replay import profile_run, profiler_config
 from rsi_env.real.schedule import run_schedule
 from rsi_env.real.step_trace import StepTrace, stat_logger_factory
 from rsi_env.real.warmup import warmup_workloads
@@ -219,6 +223,10 @@ async def _main_async(args: argparse.Namespace) -> int:
         extra["enable_logging_iteration_details"] = True
         # vLLM's own logging stat logger would print a line per step; the step trace keeps the numbers.
         logging.getLogger("vllm.v1.metrics.loggers").setLevel(logging.WARNING)
+    profile_dir = None
+    if args.profile and "profiler_config" in have:  # vLLM's torch-profiler hooks, used only by the replays
+        profile_dir = tempfile.mkdtemp(prefix="rsi-profile-")
+        extra["profiler_config"] = profiler_config(profile_dir)
     eargs = AsyncEngineArgs(model=str(tmp), load_format=load_format, skip_tokenizer_init=True,
                             generation_config="vllm", disable_log_stats=False, seed=0, **extra, **flags)
     # The CPU probe before the engine starts: taken after start-up, with the engine's processes and threads running
@@ -241,6 +249,7 @@ async def _main_async(args: argparse.Namespace) -> int:
         for warm in warmup_workloads(int(resolved["max_num_batched_tokens"]), int(resolved["max_num_seqs"]),
                                      int(resolved["max_model_len"])):
             await _run_trace(engine, warm.trace(), spec.vocab_size, warm.name, min_tokens=args.min_tokens)
+        measured = []
         for w in workloads:
             await engine.reset_prefix_cache()
             trace = w.trace()
@@ -273,13 +282,28 @@ async def _main_async(args: argparse.Namespace) -> int:
                 "policy_keys": bool(args.policy_keys), "min_tokens": args.min_tokens,
                 "steps": step_cols,
             }
-            with open(args.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            measured.append((w, trace, timings, step_cols, tel, row))
             print(json.dumps({"workload": w.name, "out_tok_per_s": tel.out_tok_per_s,
                               "tpot_p50": tel.tpot_p50, "ttft_p50": tel.ttft_p50,
                               "preempt": tel.num_preemptions, "steps": c["num_steps"]}), flush=True)
+        # The profiles, once every workload is measured (`rsi_env.real.profile_replay`), then the rows.
+        for w, trace, timings, step_cols, tel, row in measured:
+            if profile_dir is not None:
+                t_p = time.perf_counter()
+                tel.profile, row["profile"] = await profile_run(engine, trace, spec.vocab_size, w.name, steps, timings,
+                                                                step_cols, profile_dir, args.min_tokens)
+                row["profile"]["wall_s"] = round(time.perf_counter() - t_p, 3)
+                row["telemetry"] = tel.to_dict()
+                print(json.dumps({"workload": w.name, "profile": tel.profile.summary(), **row["profile"]}), flush=True)
+            else:
+                row["profile"] = {"error": "not profiled: --no-profile" if not args.profile else
+                                  f"vLLM {vllm.__version__} has no profiler_config"}
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
     finally:
         engine.shutdown()
+        if profile_dir is not None:
+            shutil.rmtree(profile_dir, ignore_errors=True)
     return 0
 
 
@@ -312,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
     p.add_argument("--policy-keys", default=None, metavar="FILE",
                    help="run a scheduling policy: {request id: [waiting_key, victim_key]} (rsi_env.real.policy_keys)")
+    p.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="skip the profiled replay of each workload (the telemetry's profile stays empty)")
     p.add_argument("--no-min-tokens", dest="min_tokens", action="store_false",
                    help="ask each request's exact length with ignore_eos and max_tokens only, not min_tokens too")
     args = p.parse_args(argv)

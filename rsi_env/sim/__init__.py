@@ -2,7 +2,8 @@
 
 :func:`simulate` has the `Tier` signature of DESIGN.md — ``measure(engine_config, model, hardware,
 workload) -> Telemetry`` — and never raises for a configuration vLLM would refuse or that does not
-fit in memory: that comes back as ``Telemetry.error``, as it would from the real engine.
+fit in memory: that comes back as ``Telemetry.error``, as it would from the real engine. Its
+``Telemetry.profile`` is the engine replicas' time by part, priced by the cost model's own terms.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from rsi_env.engine.config import EngineConfig, ResolvedConfig
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
+from rsi_env.engine.profile import Profile
 from rsi_env.engine.telemetry import RequestTimings, Telemetry, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload, load_workload
 from rsi_env.errors import InvalidConfigError
@@ -101,7 +103,7 @@ def simulate_detailed(
         kv_cache_usage_peak=max(r.kv_usage_peak for r in results),
         num_gpu_blocks=plan.num_gpu_blocks,
         mean_batch_size=sum(r.running_time_integral for r in results) / busy if busy else 0.0,
-        tier="sim", calibration=cal.id,
+        tier="sim", calibration=cal.id, profile=Profile.total_of(r.profile for r in results),
     )
     return tel, cfg, plan, results
 

@@ -14,10 +14,17 @@ launched one by one from Python: on one GPU all of it on the engine core's threa
 the engine core's own CPU work (scheduling, outputs). With async scheduling
 that thread runs beside the device and the slower of the two sets the step's time; without it the thread's own
 work follows the step.
+
+The same terms say where a step's time went (`rsi_env.engine.profile.PARTS`): the linear layers and the per-token
+and per-request device work are ``weights``, prefill attention ``attention``, decode attention ``kv_read``, the
+collectives ``comm``, the per-step fixed cost and eager launches ``launch``; the device's wait while the thread
+launches a step outside a full CUDA graph is ``launch`` as well, and its wait for the engine core's own work
+``engine_cpu`` (`StepCost.step_time`, `StepCost.engine_cpu_rest`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +36,15 @@ from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.telemetry import GRAPH_MODES
 from rsi_env.sim.calibration import MM_REF_PARAMS, Calibration
 
-__all__ = ["GRAPH_MODES", "StepCost"]
+__all__ = ["GRAPH_MODES", "SpanTerms", "StepCost"]
 
 _NO_GRAPH, _PIECEWISE, _FULL = GRAPH_MODES["NONE"], GRAPH_MODES["PIECEWISE"], GRAPH_MODES["FULL"]
+# Positions of the profile's parts (`rsi_env.engine.profile.PARTS`) in the list the engine accumulates.
+_WEIGHTS, _ATTENTION, _KV_READ, _COMM, _ENGINE_CPU, _LAUNCH = range(6)
+# What a decode span's steps are made of (`StepCost.decode_span`), for `StepCost.add_span_parts`: the kernels' time per
+# step, the linear layers', the collectives', the overhead, its launch share, the device's own time the launches
+# overlap, the launch time, the batch, the first step's context and the KV read's seconds per token.
+SpanTerms = tuple[np.ndarray, float, float, float, float, float, float, int, float, float]
 
 def _roof(flops: float, flop_rate: float, nbytes: float, byte_rate: float, sharpness: float) -> float:
     """Soft maximum of compute and memory time: real kernels overlap the two imperfectly."""
@@ -85,6 +98,11 @@ class StepCost:
         self._tp = tp
         self._pp = pp
         self._one_process = tp * pp == 1  # vLLM's uniprocess executor: the model runs on the engine core's thread
+        self._async_one = bool(cfg.async_scheduling) and self._one_process  # `combine`: the overhead waits with the kernels
+        # The launch share of `overhead` per `GRAPH_MODES` code (for the profile): the step's fixed cost, and outside
+        # any CUDA graph the all-reduces launched from Python (eager layers are `dispatch`'s: the thread launches them).
+        eager = 2.0 * cal.eager_allreduce_s * m.num_layers if tp > 1 else 0.0
+        self._launch_fixed = {_NO_GRAPH: cal.step_s + eager, _PIECEWISE: cal.step_s, _FULL: cal.step_s}
         self._sizes = np.asarray(cfg.cudagraph_capture_sizes, dtype=np.int64)
         self._max_graph = int(self._sizes[-1]) if self._sizes.size else 0
 
@@ -121,10 +139,12 @@ class StepCost:
 
     def overhead(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> float:
         """Device time every step adds to its kernels: fixed, per request and per token, and launch costs."""
+        return self._overhead(num_tokens, num_reqs, self.graph_mode(num_tokens, uniform_decode))
+
+    def _overhead(self, num_tokens: int, num_reqs: int, mode: int) -> float:
         cal = self.cal
         t = cal.step_s + cal.per_req_s * num_reqs + cal.per_token_s * num_tokens + self._quant_s
-        if self.graph_mode(num_tokens, uniform_decode) == _NO_GRAPH and self._tp > 1:
-            # two all-reduces a layer, each launched from Python
+        if mode == _NO_GRAPH and self._tp > 1:  # two all-reduces a layer, each launched from Python
             t += 2.0 * cal.eager_allreduce_s * self._layers
         return t
 
@@ -151,9 +171,11 @@ class StepCost:
         kernels take 3-4 times as long (as kernels added to launches, the 1B's would cost ~6 ms). Profile part:
         ``launch`` (the device's wait while the thread launches).
         """
+        return self._dispatch(self.graph_mode(num_tokens, uniform_decode))
+
+    def _dispatch(self, mode: int) -> float:
         if self.cfg.enforce_eager:
             return self.cal.eager_layer_s * self._layers
-        mode = self.graph_mode(num_tokens, uniform_decode)
         if mode == _NO_GRAPH:
             return self.cal.uncaptured_layer_s * self._layers + self.cal.uncaptured_moe_layer_s * self._moe_layers
         return self.cal.piecewise_layer_s * self._layers if mode == _PIECEWISE else 0.0
@@ -187,36 +209,92 @@ class StepCost:
             return mx(kernels + overhead, dispatch + cpu)
         return mx(mx(kernels, dispatch) + overhead, cpu)
 
+    @staticmethod
+    def engine_cpu_rest(parts: list[float], busy: float) -> None:
+        """Set ``engine_cpu`` to what the priced steps' wall time (``busy``) leaves after the other busy parts.
+
+        `combine` makes a step's wall time its device work, plus the device's wait for launches, plus its wait for
+        the engine core's own work (zero where the device is the slower side), so the rest is that last wait.
+        """
+        rest = busy - math.fsum(parts[k] for k in (_WEIGHTS, _ATTENTION, _KV_READ, _COMM, _LAUNCH))
+        parts[_ENGINE_CPU] = max(rest, 0.0)
+
     # ---- a whole step --------------------------------------------------------------------------
+    def _kernel_terms(self, num_tokens: int, num_reqs: int, decode_ctx_tokens: float, prefill_pairs: float,
+                      prefill_ctx_tokens: float) -> tuple[float, float, float, float]:
+        """A step's kernels by part: linear layers, collectives, prefill attention, KV reads (padded token count)."""
+        tp_ = self.padded(num_tokens)
+        return (self._linear(tp_, num_reqs), self._comm(tp_), prefill_pairs * self._attn_flops_per_pair / self._attn_rate,
+                (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
+
     def kernels(self, num_tokens: int, num_reqs: int, decode_ctx_tokens: float, prefill_pairs: float,
                 prefill_ctx_tokens: float) -> float:
         """The GPU kernels' time of a step: its roofline pieces, on the CUDA-graph-padded token count."""
-        tp_ = self.padded(num_tokens)
-        return (self._linear(tp_, num_reqs) + self._comm(tp_)
-                + prefill_pairs * self._attn_flops_per_pair / self._attn_rate
-                + (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
+        lin, comm, attn, kv = self._kernel_terms(num_tokens, num_reqs, decode_ctx_tokens, prefill_pairs,
+                                                 prefill_ctx_tokens)
+        return lin + comm + attn + kv
 
     def step_time(self, num_tokens: int, num_reqs: int, num_running: int, decode_ctx_tokens: float,
-                  prefill_pairs: float, prefill_ctx_tokens: float, uniform_decode: bool, num_new: int = 0) -> float:
-        """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests."""
-        kernels = self.kernels(num_tokens, num_reqs, decode_ctx_tokens, prefill_pairs, prefill_ctx_tokens)
-        return float(self.combine(kernels, self.overhead(num_tokens, num_reqs, uniform_decode),
-                                  self.dispatch(num_tokens, uniform_decode), self.cpu_time(num_running, num_new)))
+                  prefill_pairs: float, prefill_ctx_tokens: float, uniform_decode: bool, num_new: int = 0,
+                  parts: list[float] | None = None) -> float:
+        """Wall time of a step scheduling ``num_tokens`` over ``num_reqs`` requests.
 
-    def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> np.ndarray:
-        """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests.
+        ``parts`` (a list in `rsi_env.engine.profile.PARTS` order) gets the step's device parts and launch wait added;
+        the rest of the step's wall time is the device waiting for the engine core's own work (``engine_cpu``), which
+        `engine_cpu_rest` fills in once for the whole run.
+        """
+        lin, comm, attn, kv = self._kernel_terms(num_tokens, num_reqs, decode_ctx_tokens, prefill_pairs,
+                                                 prefill_ctx_tokens)
+        kernels = lin + comm + attn + kv
+        mode = self.graph_mode(num_tokens, uniform_decode)
+        overhead, dispatch = self._overhead(num_tokens, num_reqs, mode), self._dispatch(mode)
+        wall = float(self.combine(kernels, overhead, dispatch, self.cpu_time(num_running, num_new)))
+        if parts is not None:
+            fixed = self._launch_fixed[mode]
+            parts[_WEIGHTS] += lin + overhead - fixed
+            parts[_ATTENTION] += attn
+            parts[_KV_READ] += kv
+            parts[_COMM] += comm
+            parts[_LAUNCH] += fixed
+            if dispatch:  # the device waits while the thread launches the step
+                parts[_LAUNCH] += max(dispatch - kernels - (overhead if self._async_one else 0.0), 0.0)
+        return wall
+
+    def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> tuple[np.ndarray, SpanTerms]:
+        """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests, and their terms.
 
         The context read grows by ``batch`` tokens each step; everything else is constant, so the
-        span costs one roofline evaluation and a vector operation.
+        span costs one roofline evaluation and a vector operation. The terms (a plain tuple: a span costs
+        microseconds) give the parts of however many of its steps are taken (`add_span_parts`).
         """
         tp_ = self.padded(batch)
-        base = self._linear(tp_, batch) + self._comm(tp_)
+        lin, comm = self._linear(tp_, batch), self._comm(tp_)
+        base = lin + comm
         ctx = ctx0 + batch * np.arange(steps, dtype=np.float64)
         if self._window is not None:
             ctx = np.minimum(ctx, batch * float(self._window))
-        kernels = base + ctx * (self._kv_bytes_per_token / self._kv_rate)
-        return np.asarray(self.combine(kernels, self.overhead(batch, batch, True), self.dispatch(batch),
-                                       self.cpu_time(num_running)))
+        kv_rate = self._kv_bytes_per_token / self._kv_rate
+        kernels = base + ctx * kv_rate
+        mode = self.graph_mode(batch, True)
+        overhead, dispatch = self._overhead(batch, batch, mode), self._dispatch(mode)
+        times = np.asarray(self.combine(kernels, overhead, dispatch, self.cpu_time(num_running)))
+        return times, (kernels, lin, comm, overhead, self._launch_fixed[mode], overhead if self._async_one else 0.0,
+                       dispatch, batch, ctx0, kv_rate)
+
+    def add_span_parts(self, parts: list[float], terms: SpanTerms, steps: int) -> None:
+        """Add the parts of a decode span's first ``steps`` steps (`decode_span`'s terms), by `step_time`'s rule."""
+        kernels, lin, comm, overhead, fixed, overlapped, dispatch, batch, ctx0, kv_rate = terms
+        k = steps
+        if self._window is not None:  # the context stops growing at the window
+            kv = float(kernels[:k].sum()) - k * (lin + comm)
+        else:  # the context grows by the batch each step: an arithmetic series
+            kv = (k * ctx0 + batch * k * (k - 1) / 2.0) * kv_rate
+        parts[_WEIGHTS] += k * (lin + overhead - fixed)
+        parts[_COMM] += k * comm
+        parts[_KV_READ] += kv
+        parts[_LAUNCH] += k * fixed
+        if dispatch:  # the device waits while the thread launches each step
+            parts[_LAUNCH] += float(np.maximum(dispatch - kernels[:k] - overlapped, 0.0).sum())
 
     def window(self, ctx: int) -> int:
         """Context a sliding-window model attends to (the whole context otherwise)."""

@@ -18,17 +18,22 @@ request takes a finished one's place one step later than the finish, and a tight
 Speed: runs of pure-decode steps in which nothing can change the batch (no arrival that could be
 admitted, no finish, no block shortage) are advanced in one vectorised span; their step times
 differ only by the growing KV read, so one roofline evaluation prices all of them.
+
+Profile: every priced step (or span) adds its cost terms to the run's `Profile` (`StepCost.step_time`), and every
+wait for an arrival with nothing to run adds to ``idle``, so the parts sum to the engine's time from the first
+arrival to the last output.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from rsi_env.engine.config import ResolvedConfig
+from rsi_env.engine.profile import PARTS, Profile
 from rsi_env.engine.workload import Trace
 from rsi_env.sim.cost import StepCost
 from rsi_env.sim.kv_cache import BlockPool
@@ -62,6 +67,7 @@ class SimResult:
     # requests after scheduling, tokens generated, CUDA-graph mode (0 none, 1 piecewise, 2 full).
     steps: dict[str, np.ndarray] | None = None
     preempted_prefix_hits: int = 0  # cached tokens preempted requests found on their return (vLLM's preempted_hits)
+    profile: Profile = field(default_factory=Profile)  # busy_time split by part, plus the idle waits
 
 
 class EngineSim:
@@ -184,6 +190,8 @@ class EngineSim:
         tokens_total = 0
         kv_peak = 0
         busy = run_int = 0.0
+        prof = [0.0] * len(PARTS)  # seconds per profile part (PARTS order); idle is the last
+        t_first = float(self.arrival[order[0]]) if n else 0.0  # the run's time starts at its first arrival
         usable = max(pool.num_blocks, 1)
         # The step trace, column by column (plain lists: a numpy array per step would cost more than the step).
         rec: dict[str, list[float]] = {k: [] for k in STEP_COLUMNS}
@@ -225,7 +233,9 @@ class EngineSim:
                 draining.clear()
                 if next_arr >= (issued if closed else n):
                     break
-                now = max(now, float(self.arrival[order[next_arr]]))
+                t_arr = max(now, float(self.arrival[order[next_arr]]))
+                prof[-1] += t_arr - max(now, t_first)
+                now = t_arr
                 last_dt = 0.0  # an idle engine schedules a request the moment it arrives
                 continue
             if dirty:
@@ -263,7 +273,7 @@ class EngineSim:
                             k = lo
                         if k >= 1:
                             ctx0 = float(np.minimum(c + 1, cost.window(1 << 60)).sum())
-                            times = cost.decode_span(nrun, nrun, ctx0, k)
+                            times, terms = cost.decode_span(nrun, nrun, ctx0, k)
                             cum = np.cumsum(times)
                             if admit_possible and not n_wait:
                                 nxt = float(self.arrival[order[next_arr]])
@@ -271,6 +281,7 @@ class EngineSim:
                                 if k_arr < k:
                                     k = k_arr
                             span = float(cum[k - 1])
+                            cost.add_span_parts(prof, terms, k)
                             last_dt = float(times[k - 1])
                             record((now + cum[:k]).tolist(), nrun, nrun, nrun, True)
                             # A request whose last prompt token is computed in the span's first step
@@ -474,14 +485,16 @@ class EngineSim:
             if not n_sched:
                 # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
                 if next_arr < (issued if closed else n) and not running:
-                    now = max(now, float(self.arrival[order[next_arr]]))
+                    t_arr = max(now, float(self.arrival[order[next_arr]]))
+                    prof[-1] += t_arr - max(now, t_first)
+                    now = t_arr
                     last_dt = 0.0
                     continue
                 raise RuntimeError("scheduler deadlock: no request can be scheduled and none is running")
 
             # 5. price the step and advance it
             ntok = int(budget_max - budget)
-            dt = cost.step_time(ntok, n_sched, len(running), decode_ctx, pairs, pctx, uniform, admitted)
+            dt = cost.step_time(ntok, n_sched, len(running), decode_ctx, pairs, pctx, uniform, admitted, prof)
             now += dt
             last_dt = dt
             steps += 1
@@ -530,7 +543,13 @@ class EngineSim:
             prefix_hits=hits, kv_usage_peak=kv_peak / usable, busy_time=busy, running_time_integral=run_int,
             tokens_scheduled=tokens_total, preempted_prefix_hits=preempted_hits,
             steps={k: np.asarray(v, np.float64 if k == "t" else np.int64) for k, v in rec.items()},
+            profile=self._profile(prof, busy),
         )
+
+    def _profile(self, parts: list[float], busy: float) -> Profile:
+        """The run's `Profile`: the steps' priced parts, the engine-CPU wait they leave, the idle waits."""
+        self.cost.engine_cpu_rest(parts, busy)
+        return Profile(*parts)
 
     # ---- the priority policy's two keys (overridable: a scheduling policy is a choice of them) ---------
     def waiting_key(self, i: int) -> float:

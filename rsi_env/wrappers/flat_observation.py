@@ -1,6 +1,6 @@
 """`FlatObservation`: the ``Dict`` observation as one float vector, with or without its action mask.
 
-RL libraries want numbers, not text. The vector is ``telemetry`` (12), ``config`` (one per flag)
+RL libraries want numbers, not text. The vector is ``telemetry`` (19), ``config`` (one per flag)
 and ``budget`` (2) concatenated as float32; ``text`` and ``flag_mask`` are dropped (the flag mask
 already shapes the action mask of `DiscreteFlagMoves` and `DirectSetting`). Two layouts:
 

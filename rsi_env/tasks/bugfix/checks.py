@@ -43,6 +43,7 @@ import yaml
 import rsi_env.engine.config
 import rsi_env.sim.engine
 import rsi_env.sim.kv_cache
+from rsi_env.engine import profile as step_profile
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
@@ -312,7 +313,7 @@ class BenchResult:
         return out
 
 
-_NUMERIC = {f.name for f in fields(Telemetry)} - {"error", "tier", "calibration"}
+_NUMERIC = {f.name for f in fields(Telemetry)} - {"error", "tier", "calibration", "profile"}
 
 
 def _telemetry(raw: Any) -> Telemetry:
@@ -325,8 +326,12 @@ def _telemetry(raw: Any) -> Telemetry:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
             return Telemetry.failed(f"crash: the engine reported {k}={v!r}")
         vals[k] = int(v) if k in ("num_preemptions", "num_gpu_blocks") else float(v)
+    try:
+        profile = step_profile.Profile.from_dict(raw.get("profile"))
+    except (TypeError, ValueError) as exc:
+        return Telemetry.failed(f"crash: the engine reported a profile that is not one: {exc}"[:300])
     err = raw.get("error")
-    return Telemetry(**vals, error=None if err is None else str(err)[:300], tier="sim",
+    return Telemetry(**vals, error=None if err is None else str(err)[:300], tier="sim", profile=profile,
                      calibration=None if raw.get("calibration") is None else str(raw.get("calibration"))[:80])
 
 

@@ -91,7 +91,7 @@ class SchedulerEnv(RsiEnv):
 
     ## Observation Space
 
-    As every `RSI/*` env: ``telemetry`` (12 fields, rates and latencies as ratios to the baseline),
+    As every `RSI/*` env: ``telemetry`` (19 fields: rates and latencies as ratios to the baseline, the profile's shares),
     ``config``, ``budget``, ``action_mask``, ``flag_mask`` and ``text`` (command output, the policy's
     error with its traceback, or the verdict).
 
@@ -256,7 +256,7 @@ class SchedulerEnvV0(SchedulerEnv):
 
     ## Observation Space
 
-    As every `RSI/*` env: ``telemetry`` (12 fields, rates and latencies as ratios to the baseline),
+    As every `RSI/*` env: ``telemetry`` (19 fields: rates and latencies as ratios to the baseline, the profile's shares),
     ``config``, ``budget``, ``action_mask``, ``flag_mask`` and ``text`` (command output, the policy's
     error with its traceback, or the verdict).
 
