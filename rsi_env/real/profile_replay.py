@@ -64,12 +64,14 @@ def _rank0(files: list[Path]) -> list[Path]:
 
 
 async def replay_sample(engine: Any, trace: Trace, vocab: int, tag: str, steps: StepTrace, num_steps: int,
-                        trace_dir: str | Path, min_tokens: bool = True) -> tuple[dict[str, list[float]], dict[str, Any]]:
+                        trace_dir: str | Path, min_tokens: bool = True,
+                        deadline: float = float("inf")) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """Replay ``trace`` with the profiler on for the `windows` of a run of ``num_steps`` steps.
 
     Returns the merged sample (`sample_trace` per window) and what was done (windows, steps and files profiled).
     ``steps`` is the engine's step trace (its length counts the engine's steps as they end); ``min_tokens`` asks
-    each request's length as the measurement did.
+    each request's length as the measurement did; past ``deadline`` (``time.perf_counter()``) no window starts and
+    the open one is closed.
     """
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -107,13 +109,13 @@ async def replay_sample(engine: Any, trace: Trace, vocab: int, tag: str, steps: 
     done_windows = []
     try:
         for a, b in plan:
-            while len(steps) - first < a and not replay.done():
+            while len(steps) - first < a and not replay.done() and time.perf_counter() < deadline:
                 await asyncio.sleep(_POLL_S)
-            if replay.done():
+            if replay.done() or time.perf_counter() >= deadline:
                 break
             at = len(steps) - first
             await engine.start_profile()
-            while len(steps) - first < b and not replay.done():
+            while len(steps) - first < b and not replay.done() and time.perf_counter() < deadline:
                 await asyncio.sleep(_POLL_S)
             await engine.stop_profile()
             done_windows.append((at, len(steps) - first))
@@ -141,16 +143,19 @@ async def replay_sample(engine: Any, trace: Trace, vocab: int, tag: str, steps: 
 
 
 async def profile_run(engine: Any, trace: Trace, vocab: int, tag: str, steps: StepTrace, timings: RequestTimings,
-                      step_cols: dict[str, list[float]], trace_dir: str | Path,
-                      min_tokens: bool = True) -> tuple[Profile, dict[str, Any]]:
+                      step_cols: dict[str, list[float]], trace_dir: str | Path, min_tokens: bool = True,
+                      deadline: float = float("inf")) -> tuple[Profile, dict[str, Any]]:
     """The measured run's `Profile` (`profile_of_run`) from a profiled replay of its trace, and what the replay did.
 
-    A replay that fails leaves the profile empty and says why in ``error``: the measurement stands without it.
+    A replay that fails, or that ``deadline`` (``time.perf_counter()``) leaves no time for, leaves the profile empty
+    and says why in ``error``: the measurement stands without it.
     """
+    if time.perf_counter() >= deadline:
+        return Profile(), {"error": "not profiled: the driver's --profile-deadline-s had passed"}
     try:
         await engine.reset_prefix_cache()
         sample, info = await replay_sample(engine, trace, vocab, tag, steps, len(step_cols.get("t", [])), trace_dir,
-                                           min_tokens)
+                                           min_tokens, deadline)
     except Exception as exc:  # the profile is an extra: its failure must not cost the measurement
         return Profile(), {"error": f"{type(exc).__name__}: {exc}"[:300]}
     if not sample:

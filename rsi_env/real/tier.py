@@ -38,7 +38,9 @@ from rsi_env.store.record import REAL_EXTRAS
 if TYPE_CHECKING:
     from rsi_env.engine.policy import PolicyKeys
 
-__all__ = ["RealTier", "ScheduledTier", "classify_failure", "group_members", "installed_vllm_version"]
+__all__ = ["PROFILE_SHARE", "RealTier", "ScheduledTier", "classify_failure", "group_members", "installed_vllm_version"]
+
+PROFILE_SHARE = 0.75  # of the timeout: no profiling replay runs past it (`rsi_env.real.profile_replay`)
 
 _REFUSALS = (
     re.compile(r"(To serve at least one request with the model's max seq len[^\n]*)"),
@@ -185,6 +187,8 @@ class RealTier:
                 cmd += ["--set", f"{k}={json.dumps(v)}"]
             if not self.profile:
                 cmd.append("--no-profile")
+            else:  # replays stop in time for the rows to be written before the timeout kills the engine
+                cmd += ["--profile-deadline-s", f"{PROFILE_SHARE * self.timeout_s:.0f}"]
             if policy_keys is not None:
                 write_policy_keys(t / "policy_keys.json", policy_keys)
                 cmd += ["--policy-keys", str(t / "policy_keys.json")]

@@ -176,6 +176,7 @@ def _resolved(vllm_config: Any) -> dict[str, Any]:
 
 
 async def _main_async(args: argparse.Namespace) -> int:
+    t_driver = time.perf_counter()
     import vllm
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
@@ -287,11 +288,12 @@ async def _main_async(args: argparse.Namespace) -> int:
                               "tpot_p50": tel.tpot_p50, "ttft_p50": tel.ttft_p50,
                               "preempt": tel.num_preemptions, "steps": c["num_steps"]}), flush=True)
         # The profiles, once every workload is measured (`rsi_env.real.profile_replay`), then the rows.
+        deadline = t_driver + args.profile_deadline_s if args.profile_deadline_s else float("inf")
         for w, trace, timings, step_cols, tel, row in measured:
             if profile_dir is not None:
                 t_p = time.perf_counter()
                 tel.profile, row["profile"] = await profile_run(engine, trace, spec.vocab_size, w.name, steps, timings,
-                                                                step_cols, profile_dir, args.min_tokens)
+                                                                step_cols, profile_dir, args.min_tokens, deadline)
                 row["profile"]["wall_s"] = round(time.perf_counter() - t_p, 3)
                 row["telemetry"] = tel.to_dict()
                 print(json.dumps({"workload": w.name, "profile": tel.profile.summary(), **row["profile"]}), flush=True)
@@ -338,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run a scheduling policy: {request id: [waiting_key, victim_key]} (rsi_env.real.policy_keys)")
     p.add_argument("--no-profile", dest="profile", action="store_false",
                    help="skip the profiled replay of each workload (the telemetry's profile stays empty)")
+    p.add_argument("--profile-deadline-s", type=float, default=None, metavar="S",
+                   help="no profiling replay starts, and an open one stops, S seconds after the driver started")
     p.add_argument("--no-min-tokens", dest="min_tokens", action="store_false",
                    help="ask each request's exact length with ignore_eos and max_tokens only, not min_tokens too")
     args = p.parse_args(argv)

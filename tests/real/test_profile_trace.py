@@ -6,14 +6,18 @@ the expected seconds per part can be added up by hand.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 
+import numpy as np
 import pytest
 
 from rsi_env.engine import PARTS
-from rsi_env.real.profile_replay import windows
+from rsi_env.engine.telemetry import RequestTimings
+from rsi_env.real.profile_replay import profile_run, windows
 from rsi_env.real.profile_trace import busy_intervals, part_of, profile_of_run, read_trace, sample_trace
+from rsi_env.real.step_trace import StepTrace
 
 BASE_S = 1000.0  # the trace's time 0, seconds since the epoch
 
@@ -143,3 +147,10 @@ def test_profiled_windows_spread_over_the_run():
     assert windows(10) == [(0, 10)]
     assert windows(64) == [(0, 64)]
     assert windows(400) == [(0, 16), (100, 116), (200, 216), (300, 316)]
+
+
+def test_no_replay_starts_once_the_driver_s_deadline_has_passed():
+    """The guard runs before the engine is touched (there is none here): the measurement's row is written in time."""
+    timings = RequestTimings(np.zeros(1), np.ones(1), np.ones(1), np.ones(1), np.ones(1))
+    prof, info = asyncio.run(profile_run(None, None, 0, "w", StepTrace(), timings, {}, "/nonexistent", deadline=0.0))
+    assert prof.empty and "deadline" in info["error"]
