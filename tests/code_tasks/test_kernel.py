@@ -25,7 +25,7 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.runtime import EXCLUDED, PACKAGE
 from rsi_env.tasks.kernel import tier as kernel_tier
-from rsi_env.tasks.kernel.env import OPS, V0_OPS, KernelEnv, model_sizes
+from rsi_env.tasks.kernel.env import OPS, TEMPLATES, V0_OPS, KernelEnv, model_sizes
 from rsi_env.tasks.kernel.reference import SOLUTION, reference_files
 from rsi_env.tasks.kernel.tier import DTYPES, INTEGER_OPS, KERNEL_DIR, measure_kernel
 
@@ -68,13 +68,18 @@ def test_the_reference_solution_passes_and_the_starting_kernel_does_not(op: str,
     env.close()
 
 
-def test_v0_plays_its_four_ops_with_the_same_solution():
+def test_v0_keeps_its_starting_kernels_and_judges_the_same_solution_correct():
+    """v0's starts are its own (templates/v0); the solution is correct there too. Its speedup over v0's start is
+    not asserted: that margin (2.4-4x on this loaded machine, 1.5x once) is why v1 has other starts."""
     env = gym.make("RSI/Kernel-v0", op="silu_and_mul").unwrapped
+    assert type(env) is not KernelEnv and env.task.id == "RSI/Kernel-v0"
+    assert env.template == (TEMPLATES / "v0" / "silu_and_mul.py").read_text() != TEMPLATE
     env.reset(seed=0)
     write(env, reference_files(env)["kernel.py"])
     obs, r, term, _, info = env.step({"kind": 4})
-    assert type(env) is not KernelEnv and env.task.id == "RSI/Kernel-v0"
-    assert term and info["verdict"]["passed"] and r > 0.9, obs["text"]
+    assert term and "[ok] correct" in obs["text"], obs["text"]
+    if env._submit_start is not None and env._submit_start.speedup and env.last and env.last.speedup:
+        print(f"v0 silu_and_mul: the reference {env.last.speedup / env._submit_start.speedup:.1f}x v0's start")
     env.close()
 
 
@@ -126,6 +131,20 @@ def test_an_instance_is_pinned_by_its_arguments_and_seed():
     assert all(s["dtype"] == "float16" and s["topk"] == 8 and s["hidden_size"] == 2048 for s in shapes)
     assert "dtype float16" in env._task_text() and "float16" in env.text
     env.close()
+
+
+def test_the_suite_s_instances_are_every_op_x_dtype_pinned():
+    from rsi_env.tasks.kernel.instances import suite_instances
+
+    rows = list(suite_instances())
+    assert {(kw["op"], kw["dtype"]) for _, _, kw, _ in rows} == {
+        (op, dt) for op in OPS for dt in ((None,) if op in INTEGER_OPS else DTYPES)}
+    assert len({name for name, *_ in rows}) == len(rows) == 7 * 3 + 1
+    for _, env_id, kwargs, seed in rows[:3]:
+        env = gym.make(env_id, **kwargs).unwrapped
+        env.reset(seed=seed)
+        assert (env.op, env.dtype) == (kwargs["op"], kwargs["dtype"])
+        env.close()
 
 
 def test_reference_files_are_hidden_and_solve_every_op():
