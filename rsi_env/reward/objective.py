@@ -37,7 +37,7 @@ _SLO_AWARE = frozenset({"goodput_req_per_s", "good_cost_per_mtok_usd"})
 
 
 def _slo_factor(t: Telemetry, task: Task) -> float:
-    if task.metric in _SLO_AWARE:
+    if task.metric in _SLO_AWARE or task.slo_attainment <= 0:  # no attainment required: nothing to adjust
         return 1.0
     return min(max(slo_attainment(t) / task.slo_attainment, 0.05), 1.0) ** 2
 
