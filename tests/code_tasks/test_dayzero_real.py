@@ -18,7 +18,7 @@ import pytest
 
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.tasks.dayzero import vllm_check
-from rsi_env.tasks.dayzero.checks import FEATURES, HIDDEN, load_feature
+from rsi_env.tasks.dayzero.checks import BLOCK_TIMEOUT_S, FEATURES, HIDDEN, load_feature
 from rsi_env.tasks.dayzero.env import TEMPLATE_DIR
 from rsi_env.tasks.dayzero.reference import VLLM_MODEL, reference_files
 from rsi_env.tasks.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, check_in_vllm, reference_gaps, reference_tokens
@@ -127,6 +127,7 @@ def test_yarn_tokens_need_yarn_not_only_its_length():
 def test_real_tier_submission_needs_vllm_to_agree():
     """The suite's reference agent on the real tier: the reference files written with edits pass submit."""
     env = gym.make("RSI/DayZero-v1", tier="real", sandbox="bubblewrap", model_size="large").unwrapped
+    env.action_timeout_s = BLOCK_TIMEOUT_S  # the checks' decision, not the step's clock (test_hangs holds that)
     env.reset(seed=2)
     assert env.feature.name == "sliding_window" and "vllm_model.py" in env.task.editable_files
     seed = FEATURES.index(SAMPLED[0])
