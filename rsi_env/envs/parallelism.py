@@ -24,7 +24,9 @@ class ParallelismEnv(RsiEnv):
     ## Arguments, Action Space, Observation Space
 
     As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
-    llama-3.1-70b on h200.
+    llama-3.1-70b on h200. ``variant="x2"``: at most two GPUs, what one host of two H200s runs — Llama-3.1-8B
+    on one GPU or both (tensor or pipeline parallel, or two replicas), starting at tensor_parallel_size=2, on
+    both tiers (``configs/eval/parallelism_x2_h200.yaml`` is its two-tier evaluation).
 
     ## Rewards
 

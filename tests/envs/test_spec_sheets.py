@@ -30,7 +30,7 @@ TASK_DATA = {
     "RSI/KVCache-v1": "1ce381fc5d97",
     "RSI/Kernel-v0": "5060483498c6",
     "RSI/Kernel-v1": "53ad9b79e1cc",
-    "RSI/Parallelism-v0": "d72a390a58b4",
+    "RSI/Parallelism-v0": "efb5f7cf3487",  # + variant x2 (kwarg-only: the default task is as it was)
     "RSI/PrefixCache-v0": "9a21c07471c4",
     "RSI/Quantization-v0": "f578924f744a",
     "RSI/Scheduler-v0": "dc5e5ba0fa63",

@@ -60,3 +60,17 @@ def test_an_episode_of_a_variant_replays():
     assert state["kwargs"]["variant"] == "l4"
     res = validate(state)
     assert res.ok and res.replayed_total == res.expected_total > 0, res
+
+
+def test_parallelism_x2_stays_within_two_gpus():
+    env = gym.make("RSI/Parallelism-v0", variant="x2").unwrapped
+    try:
+        obs, _ = env.reset(seed=0)
+        assert (env.model.name, env.num_gpus, env.config.tensor_parallel_size) == ("llama-3.1-8b", 2, 2)
+        assert all(t.ok for t in env.base_tels)
+        obs, *_ = env.step(env.flag_action("tensor_parallel_size", 4))  # four GPUs on a two-GPU host: refused
+        assert env.config.tensor_parallel_size == 2 and "num_gpus=2" in obs["text"], obs["text"]
+        obs, *_ = env.step(env.flag_action("tensor_parallel_size", 1))  # one GPU, half the cost per second
+        assert env.config.tensor_parallel_size == 1
+    finally:
+        env.close()
