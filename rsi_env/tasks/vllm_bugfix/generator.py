@@ -4,9 +4,11 @@ A candidate is one operator of the catalogue (`rsi_env.tasks.vllm_bugfix.mutatio
 (two compatibility breaks of one old launcher). `verify` applies it to the clean workspace, runs the
 hidden checks on the result in a fresh sandbox (the real engine) and keeps it only if a check fails
 beyond doubt: any check but ``throughput`` failing, or the throughput phase taking a different number of
-engine steps from the clean engine's (a schedule is deterministic), or its rate below `KEEP_RATIO` of the
-clean engine's (a margin over the host's noise). A candidate whose run timed out is rejected (a bug
-that hangs the engine would make every reset wait for the timeout).
+engine steps from the clean engine's (a schedule is deterministic). A rate short of the bar on its own is
+not enough: on a shared host a run's CPU time moves by up to ~1.8x between runs under heavy load, so only
+what the schedule shows is kept. A candidate whose run timed out is rejected (a bug
+that hangs the engine would make every reset wait for the timeout), and so is a ``throughput`` operator
+whose engine does not serve the job: its class promises a silent collapse, not a crash.
 
 Verification costs an engine start (tens of seconds) per candidate, so ``python -m
 rsi_env.tasks.vllm_bugfix.generator`` verifies every candidate applicable to the installed vLLM and
@@ -32,16 +34,21 @@ import yaml
 
 from rsi_env.errors import CatalogError
 from rsi_env.sandbox.hidden import CODE_DIR
-from rsi_env.tasks.vllm_bugfix.checks import CHECKS_FILE, CLEAN_DEPLOYMENT, check_workspace, clean_deployment
+from rsi_env.tasks.vllm_bugfix.checks import (
+    CHECK_NAMES,
+    CHECKS_FILE,
+    CLEAN_DEPLOYMENT,
+    check_workspace,
+    clean_deployment,
+)
 from rsi_env.tasks.vllm_bugfix.modules import installed_source, installed_version
 from rsi_env.tasks.vllm_bugfix.mutations import MUTATIONS_FILE, applicable, apply_mutations, load_mutations
 from rsi_env.tasks.vllm_bugfix.runs import ENGINE_ARGS, HARNESS
 
-__all__ = ["COMBOS", "INSTANCES_FILE", "KEEP_RATIO", "Instance", "base_files", "build", "candidates",
-           "catalogue_hash", "instance_for", "verify"]
+__all__ = ["COMBOS", "INSTANCES_FILE", "Instance", "base_files", "build", "candidates",
+           "catalogue_hash", "instance_for", "verified_table", "verify"]
 
 INSTANCES_FILE = CODE_DIR / "vllm_bugfix" / "instances.yaml"
-KEEP_RATIO = 0.85
 # Launchers written for vLLM 0.26 carry more than one flag 0.32 no longer takes.
 COMBOS: tuple[tuple[str, ...], ...] = (
     ("compat_partial_prefills", "compat_calculate_kv_scales"),
@@ -100,16 +107,8 @@ def catalogue_hash() -> str:
 
 
 def _beyond_doubt(failing: dict[str, str]) -> bool:
-    """Whether the failed checks hold whatever the host's noise: any but throughput, or throughput far off."""
-    if set(failing) - {"throughput"}:
-        return True
-    reason = failing.get("throughput", "")
-    if "engine steps" in reason:
-        return True
-    try:
-        return float(reason.split("x", 1)[0]) < KEEP_RATIO
-    except ValueError:
-        return False
+    """Whether the failed checks hold whatever the host's noise: any but throughput, or a different schedule."""
+    return bool(set(failing) - {"throughput"}) or "engine steps" in failing.get("throughput", "")
 
 
 def verify(ids: Sequence[str], backend: str = "bubblewrap") -> tuple[Instance | None, str]:
@@ -128,6 +127,8 @@ def verify(ids: Sequence[str], backend: str = "bubblewrap") -> tuple[Instance | 
     if not _beyond_doubt(failing):
         return None, f"only within the host's noise: {failing}"
     classes = {muts[i].bug_class for i in ids}
+    if classes == {"throughput"} and CHECK_NAMES[0] in failing:
+        return None, f"not silent, the engine fails: {failing[CHECK_NAMES[0]][:300]}"
     inst = Instance(tuple(ids), classes.pop() if len(classes) == 1 else "mixed", _modules(ids), tuple(failing))
     return inst, "; ".join(f"{k}: {v[:160]}" for k, v in failing.items())
 
@@ -169,7 +170,8 @@ def _tables() -> dict[str, Any]:
     return dict(raw.get("vllm", {}))
 
 
-def _table() -> list[Instance]:
+def verified_table() -> list[Instance]:
+    """The installed vLLM's verified instances, in the table's order; empty where the table has no fresh entry."""
     entry = _tables().get(installed_version())
     if not entry or entry.get("catalogue") != catalogue_hash():
         return []  # none for this vLLM, or stale: the modules, operators, checks or harness changed since
@@ -182,7 +184,7 @@ _LIVE: dict[tuple[int, str], Instance] = {}
 def instance_for(seed: int, backend: str = "bubblewrap") -> Instance:
     """The verified instance of ``seed``: the table's ``seed mod n``, else the first candidate from that position
     on that verifies now (remembered for the process)."""
-    table = _table()
+    table = verified_table()
     if table:
         return table[seed % len(table)]
     if (seed, backend) not in _LIVE:

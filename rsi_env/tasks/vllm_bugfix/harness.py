@@ -13,10 +13,10 @@ repetition of a phase a list of requests ``[prompt token ids, max_tokens]``. A r
 requests at once (greedy, exactly ``max_tokens`` tokens each) and steps the engine until every request
 finished, at most ``max_steps`` steps and ``deadline_s`` seconds (a stalled engine is reported, never
 waited for), after clearing the prefix cache. It reports each request's output tokens, first-token and
-finish times, the engine steps it took, its wall and CPU seconds, and what vLLM's own metrics counted
-meanwhile (preemptions, prefix-cache queries and hits). After the last phase the report gives the KV-cache
-blocks free in vLLM's block pool. Whatever fails (the engine refuses its arguments, runs out of memory,
-raises mid-phase) is reported with its traceback's tail as ``error``, with what ran before it.
+finish times, the engine steps it took, its wall and CPU seconds (in all and per step), and what vLLM's
+own metrics counted meanwhile (preemptions, prefix-cache queries and hits). After the last phase the report
+gives the KV-cache blocks free in vLLM's block pool. Whatever fails (the engine refuses its arguments, runs out
+of memory, raises mid-phase) is reported with its traceback's tail as ``error``, with what ran before it.
 """
 
 from __future__ import annotations
@@ -116,6 +116,8 @@ def _run_phase(llm: Any, phase: dict[str, Any], rep: int, requests: list[list[An
                             temperature=0.0, detokenize=False)
         engine.add_request(rid, {"prompt_token_ids": [int(t) for t in prompt]}, sp)
     steps, stalled = 0, ""
+    step_cpu: list[float] = []
+    step_wall: list[float] = []
     deadline = t0 + float(phase.get("deadline_s", 120.0))
     while engine.has_unfinished_requests():
         if steps >= int(phase["max_steps"]):
@@ -125,7 +127,10 @@ def _run_phase(llm: Any, phase: dict[str, Any], rep: int, requests: list[list[An
             stalled = (f"{sum(f is None for f in finish)} of {n} requests unfinished after "
                        f"{phase.get('deadline_s', 120.0)} s ({steps} engine steps)")
             break
+        s0, w0 = time.process_time(), time.perf_counter()
         outs = engine.step()
+        step_cpu.append(time.process_time() - s0)
+        step_wall.append(time.perf_counter() - w0)
         steps += 1
         now = time.perf_counter() - t0
         for o in outs:
@@ -144,7 +149,7 @@ def _run_phase(llm: Any, phase: dict[str, Any], rep: int, requests: list[list[An
         engine.abort_request(list(ids))
     after = _counters()
     return {"steps": steps, "wall_s": wall, "cpu_s": cpu, "stalled": stalled, "tokens": tokens, "first": first,
-            "finish": finish, **{k: after[k] - before[k] for k in after}}
+            "finish": finish, "step_cpu": step_cpu, "step_wall": step_wall, **{k: after[k] - before[k] for k in after}}
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:

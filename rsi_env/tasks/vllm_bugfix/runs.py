@@ -33,7 +33,7 @@ from rsi_env.tasks.vllm_bugfix import harness
 from rsi_env.tasks.vllm_bugfix.modules import installed_version, shadow_profile
 
 __all__ = ["DRIVER", "ENGINE_ARGS", "HARNESS", "MODEL", "EngineRun", "cache_dir", "clean_run", "engine_seconds",
-           "job_for", "run_engine"]
+           "job_for", "phase_seconds", "run_engine"]
 
 HARNESS = Path(harness.__file__)
 DRIVER = "run_engine.py"  # the harness's name in a workspace and in every sandbox that runs it
@@ -85,6 +85,18 @@ def engine_seconds(rep: Mapping[str, Any], device: str | None) -> float:
     """A repetition's engine time: its CPU seconds on a CPU build (one engine thread; what co-tenants of a shared
     host do not move), its wall seconds on an accelerator (whose work is not this process's CPU time)."""
     return float(rep["cpu_s"] if device == "cpu" else rep["wall_s"])
+
+
+def phase_seconds(reps: Sequence[Mapping[str, Any]], device: str | None) -> float:
+    """A phase's engine time over its repetitions: where they took the same number of steps, the sum over step
+    positions of the fastest repetition's time at that position (a co-tenant's burst slows some steps of some
+    repetitions, rarely the same step of all); else the fastest repetition's `engine_seconds`."""
+    key = "step_cpu" if device == "cpu" else "step_wall"
+    per_step: list[list[Any]] = [r[key] for r in reps if isinstance(r.get(key), list) and r[key]]
+    n = len(per_step[0]) if per_step else 0
+    if per_step and len(per_step) == len(reps) and all(len(s) == n for s in per_step):
+        return float(sum(min(float(s[k]) for s in per_step) for k in range(n)))
+    return min(engine_seconds(r, device) for r in reps)
 
 
 def run_engine(files: Mapping[str, str], job: Mapping[str, Any], shadowed: Sequence[str], backend: str = "bubblewrap",

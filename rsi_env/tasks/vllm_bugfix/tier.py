@@ -3,7 +3,7 @@
 `EngineWorkspaceTier.measure_all` runs the harness on the workspace's ``engine_args.yaml`` and its copies
 of the instance's vLLM modules (`rsi_env.tasks.vllm_bugfix.runs.run_engine`), one phase per workload,
 and turns each phase into a `Telemetry` (`phase_telemetry`): latencies from the requests' own times,
-rates per engine-second (`rsi_env.tasks.vllm_bugfix.runs.engine_seconds`, the best of a phase's
+rates per engine-second (`rsi_env.tasks.vllm_bugfix.runs.phase_seconds`, over a phase's
 repetitions), preemptions and prefix-cache hits from vLLM's counters. The same job on the clean vLLM
 (`rsi_env.tasks.vllm_bugfix.runs.clean_run`) is measured beside it, and the report, which a process
 running the agent's code wrote, is held to it: a workload counts at most the clean engine's rate, and
@@ -40,10 +40,12 @@ from rsi_env.tasks.vllm_bugfix.runs import (
     clean_run,
     engine_seconds,
     job_for,
+    phase_seconds,
     run_engine,
 )
 
-__all__ = ["UNVERIFIED_RATE", "BenchResult", "EngineWorkspaceTier", "Source", "files_hash", "phase_telemetry"]
+__all__ = ["UNVERIFIED_RATE", "BenchResult", "EngineWorkspaceTier", "Source", "files_hash", "judge_bench",
+           "phase_telemetry"]
 
 UNVERIFIED_RATE = 0.97  # a workload not served as the clean engine serves it counts at most this share of its rate
 _SAME = ("tokens", "steps", "preemptions", "prefix_hits", "prefix_queries")
@@ -86,7 +88,8 @@ def _error_kind(run: EngineRun) -> str:
 
 def phase_telemetry(reps: Sequence[Mapping[str, Any]], w: Workload, device: str | None,
                     resolved: Mapping[str, Any], hw: HardwareSpec) -> Telemetry:
-    """One workload's telemetry from its phase's repetitions (the fastest one, by engine time)."""
+    """One workload's telemetry from its phase's repetitions (the fastest one, by engine time); `ValueError`,
+    `KeyError`, `TypeError` where the report does not describe the workload's requests."""
     stalled = [r["stalled"] for r in reps if r.get("stalled")]
     if stalled or not reps:
         return Telemetry.failed(f"crash: stalled: {str(stalled[0])[:200]}" if stalled else "crash: not served")
@@ -94,6 +97,8 @@ def phase_telemetry(reps: Sequence[Mapping[str, Any]], w: Workload, device: str 
     trace = w.trace()
     first = np.array([math.nan if t is None else float(t) for t in best["first"]])
     finish = np.array([math.nan if t is None else float(t) for t in best["finish"]])
+    if len(first) != len(trace) or len(finish) != len(trace):
+        raise ValueError(f"{w.name}: the report's times are not one per request")
     if not (np.all(np.isfinite(first)) and np.all(np.isfinite(finish))):
         return Telemetry.failed("crash: a request never finished")
     q = float(best["prefix_queries"])
@@ -103,7 +108,7 @@ def phase_telemetry(reps: Sequence[Mapping[str, Any]], w: Workload, device: str 
                     prefix_cache_hit_rate=float(best["prefix_hits"]) / q if q else 0.0,
                     num_gpu_blocks=int(resolved.get("num_gpu_blocks") or 0),
                     mean_batch_size=float(np.sum(trace.output_len)) / max(int(best["steps"]), 1), tier="real")
-    secs = max(engine_seconds(best, device), 1e-9)
+    secs = max(phase_seconds(reps, device), 1e-9)
     n, out_tok = len(trace), float(np.sum(trace.output_len))
     return replace(tel, req_per_s=n / secs, goodput_req_per_s=n / secs, out_tok_per_s=out_tok / secs,
                    total_tok_per_s=(out_tok + float(np.sum(trace.prompt_len))) / secs)
@@ -111,6 +116,53 @@ def phase_telemetry(reps: Sequence[Mapping[str, Any]], w: Workload, device: str 
 
 def _same(got: Sequence[Mapping[str, Any]], clean: Sequence[Mapping[str, Any]]) -> bool:
     return len(got) == len(clean) and all(g.get(k) == c.get(k) for g, c in zip(got, clean, strict=True) for k in _SAME)
+
+
+def judge_bench(got: EngineRun, clean_out: Mapping[str, Any], workloads: Sequence[Workload],
+                hw: HardwareSpec) -> BenchResult:
+    """A bench's telemetry from the workspace's report, held to the clean engine's report on the same job.
+
+    The report comes from a process that ran the agent's code: whatever it holds (a key missing, a list of the
+    wrong length, a string for a number), a workload it does not describe is a failed one, never an exception.
+    """
+    device = clean_out.get("device")
+    clean = [phase_telemetry(clean_out["phases"][w.name], w, device, clean_out["resolved"], hw) for w in workloads]
+    why = served(got)
+    report = _summary(got.out)
+    if why is not None and not got.out.get("phases"):
+        return BenchResult([Telemetry.failed(_error_kind(got))] * len(workloads), clean, (report + "\n" + why).strip(),
+                           [False] * len(workloads), got.timed_out)
+    tels, verified = [], []
+    raw = got.out.get("phases")
+    phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    resolved = got.out.get("resolved")
+    for w, c in zip(workloads, clean, strict=True):
+        got_reps = phases.get(w.name)
+        reps: list[Any] = got_reps if isinstance(got_reps, list) else []
+        try:
+            t = phase_telemetry(reps, w, device, resolved if isinstance(resolved, dict) else {}, hw)
+            same = _same(reps, clean_out["phases"][w.name])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            t, same = Telemetry.failed("crash: the engine's report of this workload is malformed"), False
+        if t.ok and c.ok:
+            cap = c.out_tok_per_s * (1.0 if same else UNVERIFIED_RATE)
+            t = replace(t, out_tok_per_s=min(t.out_tok_per_s, cap))
+        tels.append(t)
+        verified.append(same)
+    if why is not None:  # it failed after serving some phases: the rest failed with it
+        tels = [t if t.ok else Telemetry.failed(_error_kind(got)) for t in tels]
+        report += "\n" + why
+    return BenchResult(tels, clean, report.strip(), verified, got.timed_out)
+
+
+def _summary(out: Mapping[str, Any]) -> str:
+    """The harness's summary of a report (what the agent's own run_engine.py prints), or why it cannot be read."""
+    if not out:
+        return ""
+    try:
+        return summary(dict(out))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return "the engine's report cannot be summarised (malformed)"
 
 
 class EngineWorkspaceTier:
@@ -157,35 +209,7 @@ class EngineWorkspaceTier:
 
     def _judge(self, got: EngineRun, job: Mapping[str, Any], workloads: Sequence[Workload],
                hw: HardwareSpec) -> BenchResult:
-        clean_out = self._clean(job)
-        device = clean_out.get("device")
-        clean = [phase_telemetry(clean_out["phases"][w.name], w, device, clean_out["resolved"], hw) for w in workloads]
-        report = summary(got.out) if got.out else ""
-        if served(got) is not None and not got.out.get("phases"):
-            tel = Telemetry.failed(_error_kind(got))
-            why = served(got) or ""
-            return BenchResult([tel] * len(workloads), clean, (report + "\n" + why).strip(), [False] * len(workloads),
-                               got.timed_out)
-        tels, verified = [], []
-        raw = got.out.get("phases")
-        phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        for w, c in zip(workloads, clean, strict=True):
-            got_reps = phases.get(w.name)
-            reps: list[Any] = got_reps if isinstance(got_reps, list) else []
-            try:
-                t = phase_telemetry(reps, w, device, got.out.get("resolved") or {}, hw)
-            except (KeyError, TypeError, ValueError):
-                t = Telemetry.failed("crash: the engine's report of this workload is malformed")
-            same = _same(reps, clean_out["phases"][w.name])
-            if t.ok and c.ok:
-                cap = c.out_tok_per_s * (1.0 if same else UNVERIFIED_RATE)
-                t = replace(t, out_tok_per_s=min(t.out_tok_per_s, cap))
-            tels.append(t)
-            verified.append(same)
-        if served(got) is not None:  # it failed after serving some phases: the rest failed with it
-            tels = [t if t.ok else Telemetry.failed(_error_kind(got)) for t in tels]
-            report += "\n" + (served(got) or "")
-        return BenchResult(tels, clean, report.strip(), verified, got.timed_out)
+        return judge_bench(got, self._clean(job), workloads, hw)
 
     def _clean(self, job: Mapping[str, Any]) -> dict[str, Any]:
         run = clean_run(job, clean_deployment(), self.backend)

@@ -1,0 +1,134 @@
+"""RSI/VLLMBugFix-v0's judging of an engine report, which a process running the agent's code wrote (no engine here).
+
+The agent's module runs in the harness's process, so the report it leaves can be anything: a key missing, a list of
+the wrong length, a string where a number was. Whatever it holds, the hidden checks (`checks.judge`) and the
+bench (`tier.judge_bench`) answer without raising, the checks pass only where every number they read equals the
+clean engine's, and a bench never pays more than the clean engine's rate (its verified 100 % only where the
+schedule's numbers equal the clean engine's). The clean report here is a stand-in built from the job, the shape the
+harness writes: these tests are of the judging code, not of vLLM.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rsi_env.engine.hardware import load_hardware
+from rsi_env.engine.workload import Workload
+from rsi_env.tasks.vllm_bugfix.checks import CHECK_NAMES, hidden_job, judge
+from rsi_env.tasks.vllm_bugfix.env import BENCH_REPS, WORKLOAD_DIR
+from rsi_env.tasks.vllm_bugfix.runs import EngineRun, job_for
+from rsi_env.tasks.vllm_bugfix.tier import UNVERIFIED_RATE, judge_bench
+
+SAME = ("tokens", "steps", "preemptions", "prefix_hits", "prefix_queries")
+WORKLOADS = [Workload.from_dict(yaml.safe_load((WORKLOAD_DIR / f"{n}.yaml").read_text()))
+             for n in ("vbf_chat", "vbf_long", "vbf_burst")]
+CPU = load_hardware("cpu")
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(-10**9, 10**9), st.floats(allow_nan=True, allow_infinity=True),
+                 st.text(max_size=4), st.lists(st.integers(-3, 3), max_size=3),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def clean_report(job: dict[str, Any]) -> dict[str, Any]:
+    """A report of the harness's shape for ``job``: every request served, its numbers made up but consistent."""
+    phases = {}
+    for ph in job["phases"]:
+        reps = []
+        for k, requests in enumerate(ph["reps"]):
+            steps = 10 + len(requests)
+            reps.append({"steps": steps, "wall_s": 0.5 + k, "cpu_s": 0.4 + k, "stalled": "",
+                         "tokens": [[(i * 7 + j) % 97 for j in range(m)] for i, (_, m) in enumerate(requests)],
+                         "first": [0.01 * (i + 1) for i in range(len(requests))],
+                         "finish": [0.2 + 0.01 * i for i in range(len(requests))],
+                         "step_cpu": [0.04] * steps, "step_wall": [0.05] * steps,
+                         "preemptions": float(k), "prefix_hits": 32.0 * k, "prefix_queries": 96.0})
+        phases[ph["name"]] = reps
+    return {"vllm_version": "0.32.0", "device": "cpu", "startup_s": 1.0, "phases": phases, "free_blocks": 63,
+            "num_blocks": 64, "resolved": {"max_num_seqs": 8, "block_size": 32, "num_gpu_blocks": 64}}
+
+
+HIDDEN = hidden_job()
+BENCH = job_for(WORKLOADS, BENCH_REPS)
+CLEAN_HIDDEN, CLEAN_BENCH = clean_report(HIDDEN), clean_report(BENCH)
+
+
+@st.composite
+def corrupted(draw: st.DrawFn, report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with one to three values somewhere inside it replaced by junk, or deleted."""
+    out = copy.deepcopy(report)
+    for _ in range(draw(st.integers(1, 3))):
+        node: Any = out
+        for _depth in range(6):
+            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+            if not keys:
+                break
+            k = draw(st.sampled_from(keys))
+            child = node[k]
+            if isinstance(child, (dict, list)) and child and draw(st.booleans()):
+                node = child
+                continue
+            if draw(st.booleans()):
+                del node[k]
+            else:
+                node[k] = draw(JUNK)
+            break
+    return out
+
+
+def _checked_equal(got: dict[str, Any], clean: dict[str, Any]) -> bool:
+    """Whether every number the hidden checks read equals the clean report's."""
+    if got.get("resolved") != clean["resolved"] or got.get("free_blocks") != clean["free_blocks"] \
+            or got.get("num_blocks") != clean["num_blocks"]:
+        return False
+    for name, reps in clean["phases"].items():
+        mine = got["phases"][name]
+        if any(m.get(k) != r[k] for m, r in zip(mine, reps, strict=True) for k in SAME if k != "steps"):
+            return False
+    return True
+
+
+def test_the_clean_report_passes_every_check_and_its_bench_is_verified():
+    res = judge(EngineRun(copy.deepcopy(CLEAN_HIDDEN)), CLEAN_HIDDEN, HIDDEN)
+    assert [c.name for c in res] == list(CHECK_NAMES) and all(c.ok for c in res), res
+    bench = judge_bench(EngineRun(copy.deepcopy(CLEAN_BENCH)), CLEAN_BENCH, WORKLOADS, CPU)
+    assert bench.verified == [True] * 3 and all(t.ok for t in bench.telemetry)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_malformed_report_is_judged_never_raised_and_passes_only_with_the_clean_numbers(data):
+    got = data.draw(corrupted(CLEAN_HIDDEN))
+    res = judge(EngineRun(got), CLEAN_HIDDEN, HIDDEN)
+    assert [c.name for c in res] == list(CHECK_NAMES)
+    if all(c.ok for c in res):
+        assert _checked_equal(got, CLEAN_HIDDEN)
+    # the throughput's second measurement is the agent's too
+    again = judge(EngineRun(copy.deepcopy(CLEAN_HIDDEN)), CLEAN_HIDDEN, HIDDEN, fresh_clean=CLEAN_HIDDEN, again=got)
+    assert [c.name for c in again] == list(CHECK_NAMES)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_malformed_bench_report_never_raises_nor_pays_more_than_the_clean_rate(data):
+    got = data.draw(corrupted(CLEAN_BENCH))
+    res = judge_bench(EngineRun(got), CLEAN_BENCH, WORKLOADS, CPU)
+    assert len(res.telemetry) == len(res.verified) == len(WORKLOADS)
+    for w, t, c, ok in zip(WORKLOADS, res.telemetry, res.clean, res.verified, strict=True):
+        if t.ok:
+            assert t.out_tok_per_s <= c.out_tok_per_s * (1.0 if ok else UNVERIFIED_RATE) * (1 + 1e-12)
+        if ok:
+            assert all(g.get(k) == r[k] for g, r in zip(got["phases"][w.name], CLEAN_BENCH["phases"][w.name],
+                                                        strict=True) for k in SAME)
+
+
+def test_a_report_whose_times_are_not_one_per_request_is_a_failed_workload():
+    got = copy.deepcopy(CLEAN_BENCH)
+    for rep in got["phases"]["vbf_chat"]:
+        rep["first"], rep["finish"] = [0.0], [0.01]
+    res = judge_bench(EngineRun(got), CLEAN_BENCH, WORKLOADS, CPU)
+    assert not res.telemetry[0].ok and "malformed" in (res.telemetry[0].error or "")
+    assert res.telemetry[1].ok and res.telemetry[2].ok
