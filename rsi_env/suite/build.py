@@ -8,7 +8,9 @@
   instance's budget (random search over half of it, then coordinate descent from its best: ``search-20x``).
   The best configuration whose submission passes every guard is the ceiling and the reference; the instance
   passes at `CEILING_FRACTION` of the ceiling's objective (`threshold_for`). A candidate whose defaults
-  fail, or whose ceiling is less than `MIN_HEADROOM` above the defaults, is left out (with the reason).
+  fail, or whose ceiling is less than `MIN_HEADROOM` above the defaults, is left out (with the reason). A
+  flag family whose first `GIVE_UP_AFTER` candidates are all left out is dropped (vLLM's defaults already
+  serve its grid well: PrefixCache, whose defaults cache prefixes).
 - **a code instance**: its family's reference solution must pass and the untouched workspace must fail.
 - **difficulty, measured**: each baseline plays the instance as a suite agent would (`rsi_env.suite.agents`):
   ``easy`` where vLLM's auto-tune procedure or the untouched start passes, ``medium`` where a matched-budget
@@ -39,15 +41,16 @@ import numpy as np
 
 from rsi_env.suite.agents import NullAgent, RandomAgent, ReferenceAgent, SearchAgent, SuiteAgent
 from rsi_env.suite.instance import DIFFICULTIES, FRONTS, Instance, Suite, threshold_for
-from rsi_env.suite.plan import FLAG_PER_FAMILY, Candidate, candidates
+from rsi_env.suite.plan import Candidate, candidates, flag_quota
 from rsi_env.wrappers.ladders import rsi_env_of
 
-__all__ = ["CEILING_FRACTION", "EXHAUSTIVE_MAX", "MIN_HEADROOM", "baseline_table", "freeze", "main"]
+__all__ = ["CEILING_FRACTION", "EXHAUSTIVE_MAX", "GIVE_UP_AFTER", "MIN_HEADROOM", "baseline_table", "freeze", "main"]
 
 CEILING_FRACTION = 0.95   # a flag instance passes at 95 % of its ceiling's objective
 EXHAUSTIVE_MAX = 1500     # valid configurations measured whole; a larger grid gets a search of 20x the budget
 MIN_HEADROOM = 0.10       # a flag instance's ceiling beats vLLM's defaults by at least 10 %
 SEARCH_FACTOR = 20
+GIVE_UP_AFTER = 16        # a flag family none of whose first 16 candidates has headroom is dropped
 _TRIES = 8                # configurations tried, best first, for a ceiling whose submission passes every guard
 # The baselines each instance is measured against, and the seeds each plays.
 BASELINES: dict[str, tuple[int, ...]] = {"null": (0,), "vllm_auto_tune": (0,), "random_search": (0, 1, 2),
@@ -221,15 +224,18 @@ def _calibrations(instances: Sequence[Instance]) -> dict[str, str]:
 
 
 def _quota(c: Candidate) -> int | None:
-    return FLAG_PER_FAMILY if c.kind == "flag" else None
+    return flag_quota(c.family) if c.kind == "flag" else None
 
 
 def _run(todo: list[Candidate], done: dict[str, dict[str, Any]], sink_path: Path, workers: int) -> None:
     """Freeze ``todo`` in order over ``workers`` processes, no more of a flag family than its quota needs."""
     accepted: dict[str, int] = defaultdict(int)
+    left_out: dict[str, int] = defaultdict(int)
     for r in done.values():
         if "instance" in r:
             accepted[r["instance"]["family"]] += 1
+        else:
+            left_out[_family_of_key(r.get("key", ""))] += 1
     pending = list(todo)
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, sink_path.open("a") as sink:
@@ -243,8 +249,9 @@ def _run(todo: list[Candidate], done: dict[str, dict[str, Any]], sink_path: Path
                 if len(inflight) >= workers:
                     break
                 q = _quota(c)
-                if q is not None and accepted[c.family] >= q:
-                    pending.remove(c)  # the family is full
+                if q is not None and (accepted[c.family] >= q or (not accepted[c.family]
+                                                                  and left_out[c.family] >= GIVE_UP_AFTER)):
+                    pending.remove(c)  # the family is full, or given up
                 elif q is None or accepted[c.family] + busy[c.family] < q:
                     pending.remove(c)
                     inflight[pool.submit(freeze, c)] = c
@@ -265,12 +272,23 @@ def _run(todo: list[Candidate], done: dict[str, dict[str, Any]], sink_path: Path
                 n += 1
                 if "instance" in res:
                     accepted[c.family] += 1
+                else:
+                    left_out[c.family] += 1
                 what = res["instance"]["difficulty"] if "instance" in res else f"left out: {res['rejected']}"
                 print(f"[{n}] {c.id}: {what} ({res['seconds']} s)", file=sys.stderr, flush=True)
 
 
+def _family_of_key(key: str) -> str:
+    """The family a kept result's key names (its env id's ``RSI/<Family>-vN``), or ``""``."""
+    try:
+        env_id = json.loads(key)[0]
+    except (ValueError, IndexError, TypeError):
+        return ""
+    return str(env_id).removeprefix("RSI/").rsplit("-v", 1)[0] if isinstance(env_id, str) else ""
+
+
 def _selected(plan: Sequence[Candidate], done: Mapping[str, Mapping[str, Any]]) -> list[Instance]:
-    """The frozen instances in plan order, the first `FLAG_PER_FAMILY` of each flag family."""
+    """The frozen instances in plan order, the first `flag_quota` of each flag family."""
     kept: dict[str, int] = defaultdict(int)
     out = []
     for c in plan:
