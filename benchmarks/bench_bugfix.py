@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import gymnasium as gym
 import yaml
+from timing import print_rows, timed  # benchmarks/timing.py, beside this script
 
 import rsi_env  # noqa: F401
 from rsi_env.tasks.bugfix import checks
 from rsi_env.tasks.bugfix.generator import INSTANCES_FILE
-
-
-def timed(fn, *args, **kwargs) -> float:  # type: ignore[no-untyped-def]
-    t0 = time.perf_counter()
-    fn(*args, **kwargs)
-    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -45,8 +39,7 @@ def main() -> None:
         rows["reset, instance generated live"].append(timed(env.reset, seed=1_000_000 + k))
     env.close()
     print(f"sandbox: {env.sandbox_backend}")
-    for name, secs in rows.items():
-        print(f"{name:34s} mean {sum(secs) / len(secs):6.2f} s   min {min(secs):6.2f} s   (n={len(secs)})")
+    print_rows(rows, 34, 2)
 
 
 if __name__ == "__main__":

@@ -16,18 +16,13 @@ import argparse
 import time
 
 import gymnasium as gym
+from timing import timed  # benchmarks/timing.py, beside this script
 
 import rsi_env  # noqa: F401
 from rsi_env.tasks.dayzero import checks
 from rsi_env.tasks.dayzero.checks import FEATURES, HIDDEN, block_cases, checks_spec, load_feature, run_block, run_spec
 from rsi_env.tasks.dayzero.env import TEMPLATE_DIR
 from rsi_env.tasks.dayzero.reference import BLOCK, SPEC, VLLM_MODEL
-
-
-def timed(fn: object, *args: object) -> float:
-    t = time.perf_counter()
-    fn(*args)  # type: ignore[operator]
-    return time.perf_counter() - t
 
 
 def real(backend: str) -> None:

@@ -15,23 +15,15 @@ import argparse
 import json
 import os
 import tempfile
-import time
-from collections.abc import Callable
-from typing import Any
 
 import gymnasium as gym
 import yaml
+from timing import print_rows, timed  # benchmarks/timing.py, beside this script
 
 import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.tasks.vllm_bugfix import checks
 from rsi_env.tasks.vllm_bugfix.generator import INSTANCES_FILE, verified_table
 from rsi_env.tasks.vllm_bugfix.modules import installed_version
-
-
-def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
-    t0 = time.perf_counter()
-    fn(*args, **kwargs)
-    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -65,8 +57,7 @@ def main() -> None:
             timed(checks.check_workspace, files, shadowed, env.sandbox_backend))
         env.close()
     print(f"instance {args.instance}, sandbox bubblewrap, load average {os.getloadavg()[0]:.1f}")
-    for name, secs in rows.items():
-        print(f"{name:44s} mean {sum(secs) / len(secs):6.1f} s   min {min(secs):6.1f} s   (n={len(secs)})")
+    print_rows(rows, 44, 1)
 
 
 if __name__ == "__main__":
