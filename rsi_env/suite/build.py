@@ -227,15 +227,16 @@ def _quota(c: Candidate) -> int | None:
     return flag_quota(c.family) if c.kind == "flag" else None
 
 
-def _run(todo: list[Candidate], done: dict[str, dict[str, Any]], sink_path: Path, workers: int) -> None:
-    """Freeze ``todo`` in order over ``workers`` processes, no more of a flag family than its quota needs."""
+def _run(todo: list[Candidate], done: dict[str, dict[str, Any]], sink_path: Path, workers: int,
+         family_of: Mapping[str, str]) -> None:
+    """Freeze ``todo`` in order over ``workers`` processes, no more of a flag family than its quota needs.
+
+    ``done`` holds the results kept from earlier runs, by candidate id; ``family_of`` names each id's family.
+    """
     accepted: dict[str, int] = defaultdict(int)
     left_out: dict[str, int] = defaultdict(int)
-    for r in done.values():
-        if "instance" in r:
-            accepted[r["instance"]["family"]] += 1
-        else:
-            left_out[_family_of_key(r.get("key", ""))] += 1
+    for cid, r in done.items():
+        (accepted if "instance" in r else left_out)[family_of[cid]] += 1
     pending = list(todo)
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, sink_path.open("a") as sink:
@@ -278,15 +279,6 @@ def _run(todo: list[Candidate], done: dict[str, dict[str, Any]], sink_path: Path
                 print(f"[{n}] {c.id}: {what} ({res['seconds']} s)", file=sys.stderr, flush=True)
 
 
-def _family_of_key(key: str) -> str:
-    """The family a kept result's key names (its env id's ``RSI/<Family>-vN``), or ``""``."""
-    try:
-        env_id = json.loads(key)[0]
-    except (ValueError, IndexError, TypeError):
-        return ""
-    return str(env_id).removeprefix("RSI/").rsplit("-v", 1)[0] if isinstance(env_id, str) else ""
-
-
 def _selected(plan: Sequence[Candidate], done: Mapping[str, Mapping[str, Any]]) -> list[Instance]:
     """The frozen instances in plan order, the first `flag_quota` of each flag family."""
     kept: dict[str, int] = defaultdict(int)
@@ -324,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 done[row["id"]] = row
     todo = [c for c in plan if c.id not in done and (args.only is None or any(c.id.startswith(o) for o in args.only))]
     print(f"{len(done)} candidates done, {len(todo)} to go, {args.workers} workers", file=sys.stderr)
-    _run(todo, done, done_path, args.workers)
+    _run(todo, done, done_path, args.workers, {c.id: c.family for c in plan})
     instances = _selected(plan, done)
     instances.sort(key=lambda i: (FRONTS.index(i.front), i.family, i.id))
     suite = Suite(id=args.suite, instances=tuple(instances), ceiling_fraction=CEILING_FRACTION,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rsi_env.suite.build import _family_of_key, _selected, baseline_table, candidate_key
+from rsi_env.suite.build import _selected, baseline_table, candidate_key
 from rsi_env.suite.instance import Instance
 from rsi_env.suite.plan import Candidate, candidates, flag_quota
 
@@ -20,12 +20,10 @@ def _inst(c: Candidate, difficulty: str = "hard", baselines: dict[str, float] | 
                     criterion={"kind": "checks"}, reference={"code": c.family}, baselines=baselines or {})
 
 
-def test_a_kept_result_names_its_family_and_is_valid_only_for_its_own_candidate():
+def test_a_kept_result_is_valid_only_for_its_own_candidate():
     plan = candidates()
     assert len({candidate_key(c) for c in plan}) == len(plan)  # no two candidates share what a result is kept for
-    for c in plan[:: max(1, len(plan) // 40)]:
-        assert _family_of_key(candidate_key(c)) == c.family, c.id
-    assert _family_of_key("not json") == "" and _family_of_key("[]") == ""
+    assert len({c.id for c in plan}) == len(plan)  # nor an id (kept results are looked up by it)
 
 
 def test_the_suite_keeps_the_first_of_each_flag_family_in_plan_order_and_every_code_instance():
