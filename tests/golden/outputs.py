@@ -91,10 +91,18 @@ def _episode(task: str) -> dict[str, Any]:
 
 
 def episodes() -> dict[str, Any]:
+    """Recorded with the store off, and only while they run: the process's store (a test session's) is as before."""
+    before = os.environ.get("RSI_ENV_STORE")
     os.environ["RSI_ENV_STORE"] = "off"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {task: _episode(task) for task in FAMILIES}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {task: _episode(task) for task in FAMILIES}
+    finally:
+        if before is None:
+            del os.environ["RSI_ENV_STORE"]
+        else:
+            os.environ["RSI_ENV_STORE"] = before
 
 
 def unseen() -> str:
