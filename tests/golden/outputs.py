@@ -5,6 +5,10 @@ computes them again and compares. Four kinds (issue 27's bar):
 
 - ``simulate``: ``rsi-env simulate --json`` for every catalog model on every frozen workload (H200), under
   vLLM's defaults and two other configurations;
+- ``traces``: the same for Poisson, burst, closed-loop and shared-prefix traces of 100-10,000 requests
+  (``tests/golden/traces/``; issue 30's bar for a faster simulator), under those configurations and two that
+  reach the simulator's other paths (a tight KV cache that preempts; priority, synchronous scheduling, no chunked
+  prefill, eager, two replicas);
 - ``demo``: the demo's table (``rsi-env demo --no-plot``, store off; its wall time left out);
 - ``episodes``: a fixed-seed episode's ``state()`` for each of the 9 families (Kernel's rewards and
   verdict are timings of this machine, so only its actions are kept);
@@ -29,6 +33,14 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).with_name("data")
 CONFIGS = {"defaults": [], "small_batches": ["max_num_seqs=32", "max_num_batched_tokens=2048"],
            "fp8_kv_no_prefix": ["kv_cache_dtype=fp8", "enable_prefix_caching=false", "block_size=32"]}
+# The traces' configurations: CONFIGS, and two that reach the rest of the engine loop.
+TRACE_CONFIGS = {**CONFIGS, "tight_kv": ["gpu_memory_utilization=0.25", "long_prefill_token_threshold=256"],
+                 "sync_priority_eager_dp2": ["scheduling_policy=priority", "async_scheduling=false",
+                                             "enable_chunked_prefill=false", "enforce_eager=true",
+                                             "data_parallel_size=2"]}
+TRACES = Path(__file__).with_name("traces")
+# The 10,000-request traces on three models (dense, sliding-window, MoE); the others on every model.
+LARGE_TRACE_MODELS = ("llama-3.1-8b", "mistral-7b", "qwen3-30b-a3b")
 FAMILIES = ["RSI/KVCache-v0", "RSI/Batching-v0", "RSI/PrefixCache-v0", "RSI/Quantization-v0", "RSI/Parallelism-v0",
             "RSI/Scheduler-v0", "RSI/BugFix-v0", "RSI/DayZero-v0", "RSI/Kernel-v0"]
 _SECONDS = re.compile(r"(\d+ steps, )[\d.]+s")  # the demo's wall time
@@ -44,21 +56,33 @@ def _cli(argv: list[str]) -> str:
     return f"exit {code}\n{out.getvalue()}"
 
 
+def _simulate_cli(model: str, workload: str, flags: list[str]) -> str:
+    argv = ["simulate", "--model", model, "--hardware", "h200", "--workload", workload, "--json"]
+    for f in flags:
+        argv += ["--set", f]
+    try:
+        return _cli(argv)
+    except SystemExit as exc:
+        return f"exit {exc.code}"
+
+
 def simulate() -> dict[str, str]:
     from rsi_env.engine.model import list_models
     from rsi_env.engine.workload import list_workloads
 
+    return {f"{model}/{wl}/{name}": _simulate_cli(model, wl, flags)
+            for model in list_models() for wl in list_workloads() for name, flags in CONFIGS.items()}
+
+
+def traces() -> dict[str, str]:
+    from rsi_env.engine.model import list_models
+
     out = {}
-    for model in list_models():
-        for wl in list_workloads():
-            for name, flags in CONFIGS.items():
-                argv = ["simulate", "--model", model, "--hardware", "h200", "--workload", wl, "--json"]
-                for f in flags:
-                    argv += ["--set", f]
-                try:
-                    out[f"{model}/{wl}/{name}"] = _cli(argv)
-                except SystemExit as exc:
-                    out[f"{model}/{wl}/{name}"] = f"exit {exc.code}"
+    for path in sorted(TRACES.glob("*.yaml")):
+        models = LARGE_TRACE_MODELS if path.stem.endswith("_10000") else list_models()
+        for model in models:
+            for name, flags in TRACE_CONFIGS.items():
+                out[f"{model}/{path.stem}/{name}"] = _simulate_cli(model, str(path), flags)
     return out
 
 
@@ -111,7 +135,7 @@ def unseen() -> str:
     return f"exit {res.returncode}\n{res.stdout}"
 
 
-KINDS = {"simulate": simulate, "demo": demo, "episodes": episodes, "unseen": unseen}
+KINDS = {"simulate": simulate, "traces": traces, "demo": demo, "episodes": episodes, "unseen": unseen}
 
 
 def compute(kind: str) -> Any:
