@@ -25,7 +25,7 @@ from rsi_env.tasks.bugfix.checks import check_workspace, hidden_job, reference, 
 from rsi_env.tasks.bugfix.env import BugFixEnv
 from rsi_env.tasks.bugfix.generator import catalogue_hash, generate
 from rsi_env.tasks.bugfix.mutations import BUG_CLASSES, apply_mutations, load_mutations
-from rsi_env.tasks.bugfix.templates import ENGINE_FILES, LOCAL_IMPORT, clean_workspace
+from rsi_env.tasks.bugfix.templates import CLEAN_ENGINE, ENGINE_FILES, LOCAL_IMPORT, clean_modules, clean_workspace
 
 BACKEND = "bubblewrap"
 CLEAN = clean_workspace()
@@ -63,11 +63,13 @@ def env():
     e.close()
 
 
-def test_the_workspace_is_the_package_s_own_engine():
-    src = {m: Path(m.__file__).read_text() for m in (rsi_env.sim.kv_cache, rsi_env.sim.engine, rsi_env.engine.config)}
+def test_the_workspace_is_bugfix_s_engine_loop_over_the_package_s_pool_and_config():
+    src = {m: Path(m.__file__).read_text() for m in (rsi_env.sim.kv_cache, rsi_env.engine.config)}
     assert CLEAN["kv_cache.py"] == src[rsi_env.sim.kv_cache]
     assert CLEAN["config.py"] == src[rsi_env.engine.config]
-    assert CLEAN["engine.py"] == src[rsi_env.sim.engine].replace(*LOCAL_IMPORT)
+    assert CLEAN["engine.py"] == CLEAN_ENGINE.read_text().replace(*LOCAL_IMPORT)
+    kv, engine, config = clean_modules()  # what workspaces are judged against: the same sources
+    assert (kv, config) == (rsi_env.sim.kv_cache, rsi_env.engine.config) and engine.__file__ == str(CLEAN_ENGINE)
     assert {"tests/test_kv_cache.py", "tests/test_engine.py", "tests/conftest.py"} <= set(CLEAN)
 
 

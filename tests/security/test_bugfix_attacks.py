@@ -34,7 +34,14 @@ from rsi_env.sandbox.runtime import shadow_stub
 from rsi_env.tasks.bugfix import checks, generator
 from rsi_env.tasks.bugfix.env import BugFixEnv
 from rsi_env.tasks.bugfix.mutations import MUTATIONS_FILE, load_mutations
-from rsi_env.tasks.bugfix.templates import ENGINE_FILES, LOCAL_IMPORT, SHADOWS, clean_workspace, engine_runtime
+from rsi_env.tasks.bugfix.templates import (
+    ENGINE_FILES,
+    LOCAL_IMPORT,
+    SHADOWS,
+    clean_modules,
+    clean_workspace,
+    engine_runtime,
+)
 from tests.code_tasks.test_bugfix import reference_fix, shell
 
 BACKEND = "bubblewrap"
@@ -104,9 +111,10 @@ def hidden_texts() -> list[bytes]:
 
 
 def clean_texts() -> list[str]:
-    """The three clean modules, as the package holds them and as the workspace's form of engine.py."""
-    src = [Path(m.__file__).read_text() for m in (rsi_env.sim.kv_cache, rsi_env.sim.engine, rsi_env.engine.config)]
-    return [*src, src[1].replace(*LOCAL_IMPORT)]
+    """The three clean modules, as the package holds them and as the workspace's form of engine.py, and the package's
+    own engine loop (a clean engine with BugFix-v0's results)."""
+    src = [Path(m.__file__).read_text() for m in clean_modules()]
+    return [*src, src[1].replace(*LOCAL_IMPORT), Path(rsi_env.sim.engine.__file__).read_text()]
 
 
 def fixing_passages(files: Mapping[str, str], mutations: Iterable[str]) -> list[str]:
@@ -173,7 +181,7 @@ def test_the_harness_sandbox_holds_no_clean_original_and_no_catalogue():
 
 
 def test_engine_code_in_the_harness_cannot_read_the_package_s_clean_modules():
-    paths = [Path(m.__file__).resolve() for m in (rsi_env.sim.kv_cache, rsi_env.sim.engine, rsi_env.engine.config)]
+    paths = [Path(m.__file__).resolve() for m in (*clean_modules(), rsi_env.sim.engine)]
     probe = ("import os\nfound = [p for p in %r if os.path.exists(p)]\nraise SystemExit('READ ' + repr(found))\n"
              % [str(p) for p in paths])
     got = checks.run_workspace({**CLEAN, "kv_cache.py": probe}, checks.hidden_job("qwen2.5-7b", "l4"), BACKEND)

@@ -19,7 +19,7 @@ import gymnasium as gym
 import pytest
 
 import rsi_env
-from rsi_env.tasks.bugfix.templates import LOCAL_IMPORT
+from rsi_env.tasks.bugfix.templates import CLEAN_ENGINE, LOCAL_IMPORT
 
 PKG = Path(rsi_env.__file__).resolve().parent
 TESTS = PKG.parent / "tests"
@@ -65,7 +65,7 @@ def _secrets() -> dict[int, list[str]]:
     texts += [p.read_bytes() for p in paths if p.is_file()]
     for rel in ("sim/kv_cache.py", "sim/engine.py", "engine/config.py"):
         texts.append((PKG / rel).read_bytes())
-    texts.append((PKG / "sim/engine.py").read_text().replace(*LOCAL_IMPORT).encode())
+    texts.append(CLEAN_ENGINE.read_text().replace(*LOCAL_IMPORT).encode())  # BugFix-v0's, as its workspace holds it
     out: dict[int, set[str]] = {}
     for t in texts:
         if len(t) >= 64:

@@ -3,8 +3,8 @@
 The workspace's code runs only inside a new sandbox (`rsi_env.sandbox.fresh.run_fresh`), through
 `rsi_env.tasks.bugfix.harness`, which reports observations (pool states, resolved configurations, each
 request's timings). Verdicts are made here, in the env's process, by comparing those observations
-with the same job run on the package's own modules — so code in the sandbox cannot pass a check by
-saying so; it has to behave like the clean engine. The hidden checks
+with the same job run on the clean modules (`rsi_env.tasks.bugfix.templates.clean_modules`) — so code in
+the sandbox cannot pass a check by saying so; it has to behave like the clean engine. The hidden checks
 (``catalog/code/bugfix/hidden/checks.yaml``) are:
 
 - ``workspace runs``: the three modules load and the job finishes within its time limit;
@@ -40,9 +40,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-import rsi_env.engine.config
-import rsi_env.sim.engine
-import rsi_env.sim.kv_cache
 from rsi_env.engine import profile as step_profile
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.telemetry import Telemetry
@@ -53,7 +50,7 @@ from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sim.kv_cache import BlockPool
 from rsi_env.tasks.bugfix import harness
-from rsi_env.tasks.bugfix.templates import ENGINE_FILES, engine_runtime
+from rsi_env.tasks.bugfix.templates import ENGINE_FILES, clean_modules, engine_runtime
 
 __all__ = ["CHECK_NAMES", "CHECKS_FILE", "THROUGHPUT_FLOOR", "UNVERIFIED_RATE", "BenchResult", "CheckResult",
            "WorkspaceRun", "bench", "check_workspace", "harness_profile", "hidden_job", "pool_ops", "reference",
@@ -149,11 +146,10 @@ _REFERENCE: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
 
 def reference(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The job run on the package's clean modules, here (trusted), as plain JSON data; remembered."""
+    """The job run on the clean modules (`clean_modules`), here (trusted), as plain JSON data; remembered."""
     key = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
     if key not in _REFERENCE:
-        _REFERENCE[key] = _plain(harness.run_job(dict(job), rsi_env.sim.kv_cache, rsi_env.sim.engine,
-                                                 rsi_env.engine.config))
+        _REFERENCE[key] = _plain(harness.run_job(dict(job), *clean_modules()))
         if len(_REFERENCE) > 64:
             _REFERENCE.popitem(last=False)
     return _REFERENCE[key]

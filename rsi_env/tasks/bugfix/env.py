@@ -21,10 +21,10 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.reward.guards import GuardResult
 from rsi_env.sandbox.profile import Profile
 from rsi_env.sandbox.workspace import EditError
-from rsi_env.sim import simulate
+from rsi_env.sim import simulate_detailed
 from rsi_env.tasks.bugfix.checks import THROUGHPUT_FLOOR, check_workspace, workspace_profile
 from rsi_env.tasks.bugfix.generator import WORKLOAD_DIR, Instance, instance_for
-from rsi_env.tasks.bugfix.templates import ENGINE_FILES
+from rsi_env.tasks.bugfix.templates import ENGINE_FILES, clean_modules
 from rsi_env.tasks.bugfix.tier import WorkspaceTier, files_hash
 
 __all__ = ["BugFixEnv"]
@@ -161,9 +161,10 @@ class BugFixEnv(RsiEnv):
         self.text = clean(self.text + self._symptoms())
 
     def _clean_tels(self, cfg: EngineConfig) -> list[Telemetry]:
-        """The clean engine (the package's own modules, trusted) on the episode's workloads."""
-        return [simulate(cfg, self.model, self.hardware, w, engine_version=self.tier.engine_version)
-                for w in self.workloads]
+        """The clean engine (`clean_modules`: BugFix-v0's engine loop, trusted) on the episode's workloads."""
+        engine = clean_modules()[1]
+        return [simulate_detailed(cfg, self.model, self.hardware, w, engine_version=self.tier.engine_version,
+                                  engine_cls=engine.EngineSim)[0] for w in self.workloads]
 
     def _info(self) -> dict[str, Any]:
         inst = self.instance

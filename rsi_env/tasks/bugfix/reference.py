@@ -1,4 +1,4 @@
-"""RSI/BugFix-v0's reference solution: the engine modules as the package itself has them, bugs and all undone.
+"""RSI/BugFix-v0's reference solution: the clean workspace's engine modules (`templates.clean_workspace`), bugs undone.
 
 Hidden with the rest of `rsi_env.tasks` (no sandbox sees it): the benchmark suite's reference agent and the
 Harbor export write these files over the workspace's and submit.

@@ -1,15 +1,24 @@
-"""The BugFix workspace's engine code, taken from the package's own modules: never a second copy.
+"""The BugFix workspace's engine code: BugFix-v0's own copy of the simulated engine loop, and the package's pool and config.
 
-The workspace holds three of the simulated engine's modules as the agent sees and edits them:
+The workspace holds three engine modules as the agent sees and edits them:
 
 - ``kv_cache.py`` — the paged KV block pool (`rsi_env.sim.kv_cache`), verbatim;
-- ``engine.py`` — the scheduler loop: token budget, admission, preemption (`rsi_env.sim.engine`),
-  whose one import of the block pool is made local (``from kv_cache import BlockPool``) so that the
-  workspace's engine runs over the workspace's pool;
+- ``engine.py`` — the scheduler loop: token budget, admission, preemption. This is task data, not the package's
+  simulator: the engine loop as it stood when BugFix-v0's bugs were written (``catalog/code/bugfix/hidden/
+  engine.py``, `CLEAN_ENGINE`), whose exact text the bug operators mutate and whose hash stamps the instance table.
+  The package's `rsi_env.sim.engine` evolves on its own (issue 30 rewrote it for speed); BugFix-v0 keeps the
+  codebase its bugs were written against. Its one import of the block pool is made local
+  (``from kv_cache import BlockPool``) so that the workspace's engine runs over the workspace's pool;
 - ``config.py`` — vLLM's flag validation and default resolution (`rsi_env.engine.config`), verbatim;
 
-plus the visible tests (``tests/``, from ``catalog/code/bugfix/visible``). The clean workspace is
-generated from the package on every call, so the templates cannot drift from the engine they copy.
+plus the visible tests (``tests/``, from ``catalog/code/bugfix/visible``). The clean workspace is built on every
+call from those sources, so it cannot drift from them; a change to any of them changes the catalogue hash, and the
+instance table must be rebuilt (``python -m rsi_env.tasks.bugfix.generator``).
+
+The clean engine the checks compare a workspace with (`clean_modules`) is the same three sources, run in the
+env's process over the package's cost model, memory plan and traces: the workspace's copy of the engine runs on
+the package's `rsi_env.sim.cost.StepCost` (its ``step_time``, ``decode_span`` and ``add_span_parts``), so that
+interface stays.
 
 Every sandbox that runs a workspace's engine (the agent's shell, the harness, the visible tests) sees the
 package only as `engine_runtime`: a copy without the bug catalogue and hidden checks, whose three engine
@@ -18,19 +27,26 @@ modules are stubs loading the workspace's own, so the clean originals are nowher
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import rsi_env.engine.config
-import rsi_env.sim.engine
 import rsi_env.sim.kv_cache
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.runtime import package_runtime
 
-__all__ = ["ENGINE_FILES", "LOCAL_IMPORT", "SHADOWS", "VISIBLE_DIR", "clean_workspace", "engine_runtime"]
+__all__ = ["CLEAN_ENGINE", "ENGINE_FILES", "LOCAL_IMPORT", "SHADOWS", "VISIBLE_DIR", "clean_modules", "clean_workspace",
+           "engine_runtime"]
 
 ENGINE_FILES = ("kv_cache.py", "engine.py", "config.py")
 LOCAL_IMPORT = ("from rsi_env.sim.kv_cache import BlockPool", "from kv_cache import BlockPool")
 VISIBLE_DIR = CODE_DIR / "bugfix" / "visible"
+# BugFix-v0's engine loop, in the package's form (its block pool imported from the package); hidden from every sandbox.
+CLEAN_ENGINE = CODE_DIR / "bugfix" / "hidden" / "engine.py"
+_CLEAN_ENGINE_MODULE = "rsi_env.tasks.bugfix._clean_engine"
 # The package's modules the workspace's stand in for, in every runtime a workspace's engine runs on.
 SHADOWS = {"sim/kv_cache.py": "kv_cache", "sim/engine.py": "engine", "engine/config.py": "config"}
 
@@ -44,6 +60,21 @@ def _source(module: object) -> str:
     return Path(str(getattr(module, "__file__", ""))).read_text()
 
 
+@cache
+def clean_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The clean engine as modules of this process, ``(kv_cache, engine, config)``: what a workspace is judged against.
+
+    ``engine`` is `CLEAN_ENGINE` loaded as a module of its own (over the package's block pool, cost model and config).
+    """
+    spec = importlib.util.spec_from_file_location(_CLEAN_ENGINE_MODULE, CLEAN_ENGINE)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"BugFix-v0's engine is missing: {CLEAN_ENGINE}")
+    engine = importlib.util.module_from_spec(spec)
+    sys.modules[_CLEAN_ENGINE_MODULE] = engine  # its dataclasses look their module up by name
+    spec.loader.exec_module(engine)
+    return rsi_env.sim.kv_cache, engine, rsi_env.engine.config
+
+
 def clean_workspace(pkg_root: str | None = None) -> dict[str, str]:
     """``{relative path: text}`` of the unmodified workspace: the three engine modules and the visible tests.
 
@@ -52,9 +83,9 @@ def clean_workspace(pkg_root: str | None = None) -> dict[str, str]:
     depend on where the runtime lives.
     """
     pkg_root = str(engine_runtime()) if pkg_root is None else pkg_root
-    engine = _source(rsi_env.sim.engine)
+    engine = CLEAN_ENGINE.read_text()
     if engine.count(LOCAL_IMPORT[0]) != 1:
-        raise RuntimeError(f"rsi_env/sim/engine.py must import the block pool once as {LOCAL_IMPORT[0]!r}")
+        raise RuntimeError(f"{CLEAN_ENGINE} must import the block pool once as {LOCAL_IMPORT[0]!r}")
     files = {"kv_cache.py": _source(rsi_env.sim.kv_cache),
              "engine.py": engine.replace(*LOCAL_IMPORT),
              "config.py": _source(rsi_env.engine.config)}
