@@ -283,8 +283,10 @@ def test_a_stopped_tree_holds_every_thread_and_process_still(tmp_path):
     import subprocess
     import sys
 
-    from rsi_env.tasks.kernel.tier import KERNEL_DIR
+    from rsi_env.tasks.kernel.tier import HARNESS_FILES, KERNEL_DIR
 
+    # the harness imports isolation.py from its folder, as in the sandbox that ships them side by side
+    (tmp_path / "isolation.py").write_bytes(HARNESS_FILES["isolation.py"].read_bytes())
     out = subprocess.run([sys.executable, "-c", _TREE, str(KERNEL_DIR / "hidden"), str(tmp_path / "count")],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.stdout.startswith("True"), out.stdout + out.stderr

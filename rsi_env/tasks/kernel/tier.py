@@ -19,6 +19,7 @@ import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rsi_env.engine.config import EngineConfig
@@ -28,6 +29,7 @@ from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.tier import LRU
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import RsiEnvError
+from rsi_env.sandbox import isolation
 from rsi_env.sandbox.backends import default_backend
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
@@ -40,7 +42,7 @@ __all__ = ["DTYPES", "HARNESS_TIMEOUT_S", "INTEGER_OPS", "KernelResult", "Kernel
 KERNEL_DIR = CODE_DIR / "kernel"
 HARNESS_FILES = {"ops.py": KERNEL_DIR / "ops.py", "harness.py": KERNEL_DIR / "hidden" / "harness.py",
                  "worker.py": KERNEL_DIR / "hidden" / "worker.py", "reference.py": KERNEL_DIR / "hidden" / "reference.py",
-                 "isolation.py": KERNEL_DIR / "hidden" / "isolation.py"}
+                 "isolation.py": Path(isolation.__file__)}   # the process tree's hold, shared with VLLMBugFix
 HARNESS_TIMEOUT_S = 120.0
 DTYPES = ("bfloat16", "float16", "float32")   # ops.DTYPES (ops.py imports torch; the env may not): what can be pinned
 INTEGER_OPS = ("moe_align_block_size",)        # ops.INTEGER_OPS: no floating tensors, no dtype to pin

@@ -1,7 +1,8 @@
 """The trusted side of a RSI/Kernel measurement: checks and times a kernel it never imports.
 
-``python -I harness.py request.json result.json``, in a fresh sandbox holding only this file, ``isolation.py``,
-``reference.py``, ``worker.py``, ``ops.py`` and the agent's ``kernel.py``. It reads the request (and the
+``python -I harness.py request.json result.json``, in a fresh sandbox holding only this file,
+``isolation.py`` (`rsi_env.sandbox.isolation`), ``reference.py``, ``worker.py``, ``ops.py`` and the agent's
+``kernel.py``. It reads the request (and the
 secret it signs its report with), deletes the request, the reference and itself, makes itself
 undumpable (so that no process of the same user can read or write its memory) and the subreaper of
 every process started below it, and only then starts the candidate's process (``worker.py``). The

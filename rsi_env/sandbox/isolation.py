@@ -1,9 +1,12 @@
-"""The harness's hold on the candidate's process: its process tree stopped at will, and the memory they share.
+"""A trusted harness's hold on an untrusted worker: its process tree stopped at will, its CPU time, shared memory.
 
-Imported by ``harness.py`` (trusted, undumpable, the subreaper of everything below it) before the worker
-starts; it holds nothing secret. `ProcessTree` stops every thread of every descendant (its own session or
-not) and waits until each is stopped, so that nothing the kernel started can run while the harness reads;
-`Arena` is the memory every call set lives in, owned by the harness and mapped by the worker.
+Shipped as a file beside a hidden harness that runs in a fresh sandbox (RSI/Kernel's ``harness.py``,
+RSI/VLLMBugFix's ``supervisor.py``) and imported there (trusted, undumpable, the subreaper of
+everything below it) before the worker starts; it holds nothing secret, imports only the standard
+library and never the worker's code. `ProcessTree` stops every thread of every descendant (its own
+session or not) and waits until each is stopped, so that nothing the worker started runs while the
+harness reads, and counts the CPU seconds the tree has spent; `Arena` is the memory every kernel call
+set lives in, owned by the harness and mapped by the worker.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import signal
 import time
 from pathlib import Path
 from typing import Any
+
+__all__ = ["STOP_TIMEOUT_S", "Arena", "CpuClock", "ProcessTree", "StopFailure"]
 
 STOP_TIMEOUT_S = 5.0
 
@@ -59,8 +64,8 @@ def _all_stopped(pid: int) -> bool:
 class ProcessTree:
     """The worker and everything it starts: stopped (SIGSTOP, every thread) and continued as one."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid, self.stopped_pids = pid, {pid}
+    def __init__(self, pid: int, what: str = "kernel") -> None:
+        self.pid, self.stopped_pids, self.what = pid, {pid}, what
 
     def halt(self) -> None:
         """SIGSTOP the worker's process group and every process stopped before: at once, without looking for new
@@ -84,7 +89,7 @@ class ProcessTree:
                     os.kill(pid, signal.SIGSTOP)
             while not all(_all_stopped(p) for p in found):
                 if time.monotonic() > deadline:
-                    raise StopFailure("the kernel's processes could not be stopped after a call")
+                    raise StopFailure(f"the {self.what}'s processes could not be stopped after a call")
                 time.sleep(0)
             if found == pids:            # nothing new was started while stopping: the whole tree is stopped
                 break
@@ -100,6 +105,61 @@ class ProcessTree:
         for pid in _descendants(os.getpid()) | {self.pid}:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# ---- the CPU time the worker's tree spends ------------------------------------------------------------
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_times() -> dict[int, tuple[float, float]]:
+    """Per live process below this one: (CPU seconds of all its threads, live and ended; CPU seconds of the
+    children it reaped), from ``/proc/PID/stat``'s utime + stime and cutime + cstime."""
+    out = {}
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = ((int(f[11]) + int(f[12])) / _TICK, (int(f[13]) + int(f[14])) / _TICK)
+    return out
+
+
+def _reaped_here() -> float:
+    """CPU seconds of the children this process has reaped (the worker's orphans come back to this subreaper)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+class CpuClock:
+    """The CPU seconds every process and thread below this one spends between `start` and `read`.
+
+    Two counts, the larger taken: the tree as the kernel accounts it (every live process's threads, the
+    children each reaped, and those this process reaped), and the sum of each process's own time as last
+    seen (`sample`, called while waiting), which still holds a process that ended unreaped into any count
+    (a child whose parent ignores SIGCHLD is released without adding to its parent's times) up to its last
+    sample. Clock ticks: ``1 / SC_CLK_TCK`` seconds (10 ms) a process.
+    """
+
+    def __init__(self) -> None:
+        self.base_total = 0.0
+        self.base_own: dict[int, float] = {}
+        self.seen: dict[int, float] = {}
+
+    def start(self) -> None:
+        times = _cpu_times()
+        self.base_total = sum(own + reaped for own, reaped in times.values()) + _reaped_here()
+        self.base_own = {pid: own for pid, (own, _) in times.items()}
+        self.seen = dict(self.base_own)
+
+    def sample(self) -> dict[int, tuple[float, float]]:
+        times = _cpu_times()
+        for pid, (own, _) in times.items():
+            self.seen[pid] = max(self.seen.get(pid, 0.0), own)
+        return times
+
+    def read(self) -> float:
+        times = self.sample()
+        total = sum(own + reaped for own, reaped in times.values()) + _reaped_here() - self.base_total
+        own = sum(t - self.base_own.get(pid, 0.0) for pid, t in self.seen.items())
+        return max(total, own)
 
 
 # ---- the memory shared with the worker ----------------------------------------------------------------
