@@ -310,15 +310,22 @@ def list_workloads() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+_FROZEN: dict[str, Workload] = {}
+
+
 def load_workload(name_or_path: str | Path | Workload) -> Workload:
     """A frozen workload by name (``short_long``) or any workload YAML file."""
     from importlib import resources
 
     if isinstance(name_or_path, Workload):
         return name_or_path
+    if isinstance(name_or_path, str) and name_or_path in _FROZEN:
+        return _FROZEN[name_or_path]
     entry = resources.files("rsi_env") / "catalog" / "workloads" / f"{name_or_path}.yaml"
     if entry.is_file():
-        return Workload.from_dict(yaml.safe_load(entry.read_text()))
+        # A frozen workload is read once per process (a `Workload` is immutable): a simulation asks for it by name.
+        wl = _FROZEN[str(name_or_path)] = Workload.from_dict(yaml.safe_load(entry.read_text()))
+        return wl
     p = Path(name_or_path)
     if p.is_file():
         return Workload.from_yaml(p)

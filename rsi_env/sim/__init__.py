@@ -51,11 +51,12 @@ def simulate_detailed(
     slo: SLO | None = None,
     check_invariants: bool = False,
     engine_cls: Callable[..., EngineSim] = EngineSim,
+    record_steps: bool = True,
 ) -> tuple[Telemetry, ResolvedConfig | None, MemoryPlan | None, list[SimResult]]:
     """Like :func:`simulate`, also returning the resolved config, the memory plan and raw results.
 
     ``engine_cls`` builds the engine (an `EngineSim` subclass, e.g. one whose priority keys come from a
-    scheduling policy).
+    scheduling policy); ``record_steps``: keep each result's step trace (`SimResult.steps`; False: None).
     """
     spec = load_model(model)
     hw = load_hardware(hardware)
@@ -86,7 +87,9 @@ def simulate_detailed(
     for k in range(dp):
         part = _split_dp(trace, dp, k) if dp > 1 else trace
         try:
-            results.append(engine_cls(cfg, cost, part, plan.num_gpu_blocks, check_invariants).run())
+            engine = (engine_cls(cfg, cost, part, plan.num_gpu_blocks, check_invariants) if record_steps else
+                      engine_cls(cfg, cost, part, plan.num_gpu_blocks, check_invariants, record_steps=False))
+            results.append(engine.run())
         except RuntimeError as exc:
             return Telemetry.failed(f"invalid_config: {exc}", calibration=cal.id,
                                     num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, results
@@ -121,7 +124,7 @@ def simulate(
 ) -> Telemetry:
     """Simulate ``workload`` on vLLM with ``engine_config``; errors come back in ``Telemetry.error``."""
     return simulate_detailed(engine_config, model, hardware, workload, engine_version=engine_version,
-                             usage_context=usage_context, calibration=calibration, slo=slo)[0]
+                             usage_context=usage_context, calibration=calibration, slo=slo, record_steps=False)[0]
 
 
 class SimTier:

@@ -24,6 +24,7 @@ launches a step outside a full CUDA graph is ``launch`` as well, and its wait fo
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ _WEIGHTS, _ATTENTION, _KV_READ, _COMM, _ENGINE_CPU, _LAUNCH = range(6)
 # step, the linear layers', the collectives', the overhead, its launch share, the device's own time the launches
 # overlap, the launch time, the batch, the first step's context and the KV read's seconds per token.
 SpanTerms = tuple[np.ndarray, float, float, float, float, float, float, int, float, float]
+_NO_KERNELS = np.zeros(0)
 
 def _roof(flops: float, flop_rate: float, nbytes: float, byte_rate: float, sharpness: float) -> float:
     """Soft maximum of compute and memory time: real kernels overlap the two imperfectly."""
@@ -103,15 +105,30 @@ class StepCost:
         # any CUDA graph the all-reduces launched from Python (eager layers are `dispatch`'s: the thread launches them).
         eager = 2.0 * cal.eager_allreduce_s * m.num_layers if tp > 1 else 0.0
         self._launch_fixed = {_NO_GRAPH: cal.step_s + eager, _PIECEWISE: cal.step_s, _FULL: cal.step_s}
-        self._sizes = np.asarray(cfg.cudagraph_capture_sizes, dtype=np.int64)
-        self._max_graph = int(self._sizes[-1]) if self._sizes.size else 0
+        self._sizes = [int(x) for x in cfg.cudagraph_capture_sizes]
+        self._max_graph = self._sizes[-1] if self._sizes else 0
+        self._sizes_sorted = self._sizes == sorted(self._sizes)
+        # A step's linear layers and collectives depend only on its padded size and rows: priced once each.
+        self._batch_terms: dict[tuple[int, int], tuple[float, float]] = {}
+        self._span_terms: dict[tuple[int, int], tuple[float, float, float, float, float, int]] = {}
 
     # ---- pieces ---------------------------------------------------------------------------------
     def padded(self, num_tokens: int) -> int:
         """Tokens the step really runs: padded up to the next CUDA-graph capture size when one fits."""
         if num_tokens <= self._max_graph:
-            return int(self._sizes[np.searchsorted(self._sizes, num_tokens)])
+            if self._sizes_sorted:
+                return self._sizes[bisect.bisect_left(self._sizes, num_tokens)]
+            return int(np.asarray(self._sizes)[np.searchsorted(self._sizes, num_tokens)])  # sizes as the user gave them
         return num_tokens
+
+    def _batch(self, num_tokens: int, rows: int) -> tuple[float, float]:
+        """The linear layers' and the collectives' time of a step of ``num_tokens`` over ``rows`` (remembered)."""
+        key = (num_tokens, rows)
+        got = self._batch_terms.get(key)
+        if got is None:
+            tp_ = self.padded(num_tokens)
+            got = self._batch_terms[key] = (self._linear(tp_, rows), self._comm(tp_))
+        return got
 
     def _linear(self, tokens_padded: int, rows: int) -> float:
         m = self.model
@@ -223,8 +240,8 @@ class StepCost:
     def _kernel_terms(self, num_tokens: int, num_reqs: int, decode_ctx_tokens: float, prefill_pairs: float,
                       prefill_ctx_tokens: float) -> tuple[float, float, float, float]:
         """A step's kernels by part: linear layers, collectives, prefill attention, KV reads (padded token count)."""
-        tp_ = self.padded(num_tokens)
-        return (self._linear(tp_, num_reqs), self._comm(tp_), prefill_pairs * self._attn_flops_per_pair / self._attn_rate,
+        lin, comm = self._batch(num_tokens, num_reqs)
+        return (lin, comm, prefill_pairs * self._attn_flops_per_pair / self._attn_rate,
                 (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
 
     def kernels(self, num_tokens: int, num_reqs: int, decode_ctx_tokens: float, prefill_pairs: float,
@@ -260,6 +277,17 @@ class StepCost:
                 parts[_LAUNCH] += max(dispatch - kernels - (overhead if self._async_one else 0.0), 0.0)
         return wall
 
+    def _span(self, batch: int, num_running: int) -> tuple[float, float, float, float, float, int]:
+        """A uniform-decode step's constant terms: linear layers, collectives, overhead, dispatch, engine CPU, mode."""
+        key = (batch, num_running)
+        got = self._span_terms.get(key)
+        if got is None:
+            lin, comm = self._batch(batch, batch)
+            mode = self.graph_mode(batch, True)
+            got = self._span_terms[key] = (lin, comm, self._overhead(batch, batch, mode), self._dispatch(mode),
+                                           self.cpu_time(num_running), mode)
+        return got
+
     def decode_span(self, batch: int, num_running: int, ctx0: float, steps: int) -> tuple[np.ndarray, SpanTerms]:
         """Wall times of ``steps`` consecutive uniform-decode steps of ``batch`` requests, and their terms.
 
@@ -267,19 +295,49 @@ class StepCost:
         span costs one roofline evaluation and a vector operation. The terms (a plain tuple: a span costs
         microseconds) give the parts of however many of its steps are taken (`add_span_parts`).
         """
-        tp_ = self.padded(batch)
-        lin, comm = self._linear(tp_, batch), self._comm(tp_)
+        lin, comm, overhead, dispatch, cpu, mode = self._span(batch, num_running)
         base = lin + comm
         ctx = ctx0 + batch * np.arange(steps, dtype=np.float64)
         if self._window is not None:
             ctx = np.minimum(ctx, batch * float(self._window))
         kv_rate = self._kv_bytes_per_token / self._kv_rate
         kernels = base + ctx * kv_rate
-        mode = self.graph_mode(batch, True)
-        overhead, dispatch = self._overhead(batch, batch, mode), self._dispatch(mode)
-        times = np.asarray(self.combine(kernels, overhead, dispatch, self.cpu_time(num_running)))
+        times = np.asarray(self.combine(kernels, overhead, dispatch, cpu))
         return times, (kernels, lin, comm, overhead, self._launch_fixed[mode], overhead if self._async_one else 0.0,
                        dispatch, batch, ctx0, kv_rate)
+
+    def decode_span_until(self, batch: int, num_running: int, ctx0: float, steps: int,
+                          until: float = math.inf) -> tuple[int, Any, float, SpanTerms]:
+        """`decode_span`, stopped after the first step that ends at or after ``until`` seconds from the span's start.
+
+        Returns ``(steps taken, the steps' cumulative wall times, the last step's wall time, terms)``, the same
+        numbers as `decode_span` and a cumulative sum give. A span the next arrival cuts short is priced step by step
+        in Python, for as long as it lasts; an uncut long one as a vector.
+        """
+        if steps > 48 and until == math.inf:
+            times, terms = self.decode_span(batch, num_running, ctx0, steps)
+            return steps, np.cumsum(times), float(times[-1]), terms
+        lin, comm, overhead, dispatch, cpu, mode = self._span(batch, num_running)
+        base = lin + comm
+        cap = batch * float(self._window) if self._window is not None else math.inf
+        kv_rate = self._kv_bytes_per_token / self._kv_rate
+        combine = self.combine
+        cum: list[float] = []
+        kernels: list[float] = []
+        t = dt = 0.0
+        for j in range(steps):
+            ctx = ctx0 + batch * float(j)
+            kern = base + (ctx if ctx <= cap else cap) * kv_rate
+            kernels.append(kern)
+            dt = combine(kern, overhead, dispatch, cpu)
+            t = dt if j == 0 else t + dt
+            cum.append(t)
+            if t >= until:
+                break
+        parts_need = self._window is not None or dispatch  # `add_span_parts` reads the kernels' times only then
+        terms = (np.asarray(kernels) if parts_need else _NO_KERNELS, lin, comm, overhead, self._launch_fixed[mode],
+                 overhead if self._async_one else 0.0, dispatch, batch, ctx0, kv_rate)
+        return len(cum), cum, dt, terms
 
     def add_span_parts(self, parts: list[float], terms: SpanTerms, steps: int) -> None:
         """Add the parts of a decode span's first ``steps`` steps (`decode_span`'s terms), by `step_time`'s rule."""

@@ -15,9 +15,12 @@ N+2, and a request that finishes in step N still holds its place among the ``max
 when step N+1 is scheduled: they are freed when its output is processed, for step N+2 (``draining``). A waiting
 request takes a finished one's place one step later than the finish, and a tight KV cache preempts a little more.
 
-Speed: runs of pure-decode steps in which nothing can change the batch (no arrival that could be
-admitted, no finish, no block shortage) are advanced in one vectorised span; their step times
-differ only by the growing KV read, so one roofline evaluation prices all of them.
+One iteration of :meth:`EngineSim.run` is vLLM's: arrivals, schedule (running requests, then admissions), price,
+advance, finish. Speed: the running requests in their decode phase form one `DecodeGroup`, whose step costs
+the same for any batch size; the others (prompts being computed) are kept one by one. Runs of pure-decode steps in
+which nothing can change the batch (no arrival that could be admitted, no finish, no block shortage) are advanced
+in one span from the last event to the next; their step times differ only by the growing KV read, so one roofline
+evaluation prices all of them.
 
 Profile: every priced step (or span) adds its cost terms to the run's `Profile` (`StepCost.step_time`), and every
 wait for an arrival with nothing to run adds to ``idle``, so the parts sum to the engine's time from the first
@@ -27,6 +30,7 @@ arrival to the last output.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -36,13 +40,12 @@ from rsi_env.engine.config import ResolvedConfig
 from rsi_env.engine.profile import PARTS, Profile
 from rsi_env.engine.workload import Trace
 from rsi_env.sim.cost import StepCost
+from rsi_env.sim.decoders import DecodeGroup
 from rsi_env.sim.kv_cache import BlockPool
 
 __all__ = ["STEP_COLUMNS", "EngineSim", "SimResult"]
 
 STEP_COLUMNS = ("t", "tokens", "running", "gen", "mode")
-
-_EMPTY = np.zeros(0, np.int64)
 
 
 @dataclass
@@ -70,11 +73,33 @@ class SimResult:
     profile: Profile = field(default_factory=Profile)  # busy_time split by part, plus the idle waits
 
 
+class _Batch:
+    """One step's schedule: the token budget left, who runs, and what the cost model prices it by."""
+
+    __slots__ = ("budget", "group", "chunks", "admitted", "decode_ctx", "pairs", "pctx", "uniform", "preempted",
+                 "ungrouped")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.group = False  # the decode group runs (one token each)
+        self.chunks: list[tuple[int, int]] = []  # (request, tokens) scheduled one by one, in running order
+        self.admitted = 0
+        self.decode_ctx = 0.0
+        self.pairs = 0.0
+        self.pctx = 0.0
+        self.uniform = True
+        self.preempted = False
+        self.ungrouped = False  # the running requests were scheduled one by one (`EngineSim._ungroup`)
+
+
 class EngineSim:
-    """One engine, one trace. :meth:`run` simulates until every request has finished."""
+    """One engine, one trace. :meth:`run` simulates until every request has finished.
+
+    ``record_steps``: keep the per-step trace (`SimResult.steps`); `rsi_env.sim.simulate` does without it.
+    """
 
     def __init__(self, cfg: ResolvedConfig, cost: StepCost, trace: Trace, num_gpu_blocks: int,
-                 check_invariants: bool = False) -> None:
+                 check_invariants: bool = False, record_steps: bool = True) -> None:
         self.cfg = cfg
         self.cost = cost
         self.trace = trace
@@ -84,58 +109,68 @@ class EngineSim:
         self.bs = bs
         self.pool = BlockPool(max(num_gpu_blocks - 1, 0))  # block 0 is vLLM's null block
         self.check = check_invariants
+        self.record_steps = record_steps
         self.prompt = trace.prompt_len.astype(np.int64)
         self.out_len = trace.output_len.astype(np.int64)
-        self.arrival = trace.arrival_s.astype(np.float64).copy()
-        self.comp = np.zeros(n, np.int64)       # tokens whose KV is computed (scheduled)
-        self.known = self.prompt.copy()         # prompt + tokens generated so far
-        self.out_left = self.out_len.copy()     # tokens still to generate
-        self.held = np.zeros(n, np.int64)       # blocks covering the request's computed tokens
-        self.first = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
+        self.arrival: list[float] = trace.arrival_s.astype(np.float64).tolist()
+        # Per request, plain lists (a request's counts change one at a time). A member of the decode group has its
+        # counts in the group; these hold them once it leaves.
+        self.comp = [0] * n                            # tokens whose KV is computed (scheduled)
+        self.known: list[int] = self.prompt.tolist()   # prompt + tokens generated so far
+        self.out_left: list[int] = self.out_len.tolist()  # tokens still to generate
+        self.first = [math.nan] * n
+        self.finish = [math.nan] * n
         groups = int(trace.prefix_group.max()) + 1 if n else 0
         self.ngroups = max(groups, 0)
-        self.group = trace.prefix_group.astype(np.int64)
+        self.group: list[int] = trace.prefix_group.astype(np.int64).tolist()
         pblocks = trace.prefix_len.astype(np.int64) // bs
-        self.pblocks = pblocks if cfg.enable_prefix_caching else np.zeros(n, np.int64)
-        # Python-side per-request prefix state (only touched at admission, prefill and release).
+        self.pblocks: list[int] = pblocks.tolist() if cfg.enable_prefix_caching else [0] * n
         self.shared = [0] * n     # blocks of the group chain this request references
         self.chain_pos = [0] * n  # prefix blocks this request has accounted for
         self.in_group = [False] * n
         self.was_preempted = [False] * n
+        # The running requests, in admission order (request -> admission number), split in two: the decode group,
+        # and the others (``prefill``: prompt tokens still to compute), kept in running order.
+        self.running: dict[int, int] = {}
+        self.decoding = DecodeGroup(bs, cost.window(1 << 60) if cost.has_window else None, n)
+        self.prefill: dict[int, None] = {}
+        self.waiting: deque[int] = deque()
+        self.wait_sorted: list[tuple[float, int]] = []  # priority policy: (key, id)
+        # Requests that finished in the last step, their slots and blocks freed once the next step is scheduled.
+        self.draining: list[int] = []
 
-    # ---- helpers -------------------------------------------------------------------------------------
+    # ---- per-request helpers -----------------------------------------------------------------------
     def _cdiv(self, x: int) -> int:
         return -(-x // self.bs)
 
     def _extend_prefix(self, i: int, upto_tokens: int) -> None:
         """Blocks of the shared prefix that request ``i`` now covers join the group's chain."""
-        pb = int(self.pblocks[i])
+        pb = self.pblocks[i]
         pos = self.chain_pos[i]
         if pos >= pb or not self.in_group[i]:
             return
         covered = min(pb, upto_tokens // self.bs)
         if covered <= pos:
             return
-        g = int(self.group[i])
+        g = self.group[i]
         if self.pool.cached_len(g) == pos:
             self.pool.extend(g, covered - pos)
             self.shared[i] += covered - pos
         self.chain_pos[i] = covered
 
     def _release(self, i: int, preempt: bool) -> None:
-        """Free request ``i``'s blocks; after a preemption its full blocks stay cached for its return."""
-        owned = int(self.held[i]) - self.shared[i]
+        """Free request ``i``'s blocks (those covering its computed tokens); after a preemption its full blocks stay
+        cached for its return."""
+        owned = self._cdiv(self.comp[i]) - self.shared[i]
         if preempt and self.cfg.enable_prefix_caching:
-            full = max(int(self.comp[i]) // self.bs - self.shared[i], 0)
+            full = max(self.comp[i] // self.bs - self.shared[i], 0)
             full = min(full, owned)
             self.pool.park(self.ngroups + i, full)
             owned -= full
         self.pool.release(owned)
         if self.in_group[i]:
-            self.pool.unacquire(int(self.group[i]))
+            self.pool.unacquire(self.group[i])
             self.in_group[i] = False
-        self.held[i] = 0
         self.shared[i] = 0
         self.chain_pos[i] = 0
 
@@ -143,9 +178,9 @@ class EngineSim:
         """Prefix-cache hit of waiting request ``i``: (group blocks, private blocks, free blocks touched)."""
         if not self.cfg.enable_prefix_caching:
             return 0, 0, 0
-        cap = (int(self.known[i]) - 1) // self.bs
-        pb = int(self.pblocks[i])
-        g = int(self.group[i])
+        cap = (self.known[i] - 1) // self.bs
+        pb = self.pblocks[i]
+        g = self.group[i]
         hg = min(self.pool.cached_len(g), pb, cap) if (g >= 0 and pb) else 0
         touch = self.pool.touch_cost(g, hg) if hg else 0
         hp = 0
@@ -155,396 +190,447 @@ class EngineSim:
             touch += self.pool.touch_cost(priv, hp)
         return hg, hp, touch
 
+    def _enqueue(self, i: int) -> None:
+        if self.fcfs:
+            self.waiting.append(i)
+        else:
+            bisect.insort(self.wait_sorted, (self.waiting_key(i), i))
+
+    def _n_waiting(self) -> int:
+        return len(self.waiting) if self.fcfs else len(self.wait_sorted)
+
+    def _record(self, t: list[float], tokens: int, running_n: int, gen: int, uniform_decode: bool) -> None:
+        k = len(t)
+        rec = self.rec
+        rec["t"].extend(t)
+        for key, v in (("tokens", tokens), ("running", running_n), ("gen", gen),
+                       ("mode", self.cost.graph_mode(tokens, uniform_decode))):
+            rec[key].extend([v] * k)
+
     # ---- the loop -----------------------------------------------------------------------------------
     def run(self) -> SimResult:
-        cfg, cost, pool, bs = self.cfg, self.cost, self.pool, self.bs
-        n = self.n
-        budget_max = cfg.max_num_batched_tokens
-        max_seqs = cfg.max_num_seqs
-        thr = cfg.long_prefill_token_threshold
-        chunked = cfg.enable_chunked_prefill
-        fcfs = cfg.scheduling_policy == "fcfs"
-        closed = self.trace.closed_concurrency
-        comp, known, out_left, held = self.comp, self.known, self.out_left, self.held
-        waiting: deque[int] = deque()
-        wait_sorted: list[tuple[float, int]] = []  # priority policy: (arrival, id)
-        running: list[int] = []
-        run_arr = np.zeros(0, np.int64)
-        dirty = False
-        now = 0.0
-        next_arr = 0
+        cfg, n = self.cfg, self.n
+        self.fcfs = cfg.scheduling_policy == "fcfs"
+        self.closed = self.trace.closed_concurrency
         # A closed-loop client sends its next request when it has received the last one's final token:
         # the engine sees it a front-end round trip (out to the client, back in) after that token.
-        round_trip = self.cost.cal.frontend_s
-        if closed:
-            issue = min(closed, n)
-            self.arrival[:issue] = 0.0
-            self.arrival[issue:] = np.inf
-            order = list(range(n))
+        self.round_trip = self.cost.cal.frontend_s
+        if self.closed:
+            issue = min(self.closed, n)
+            self.arrival = [0.0] * issue + [math.inf] * (n - issue)
+            self.order = list(range(n))
         else:
-            order = list(np.argsort(self.arrival, kind="stable"))
-        arrivals_sorted = self.arrival[order] if not closed else None
-        issued = min(closed, n) if closed else 0
-        done = 0
-        steps = preemptions = queries = hits = preempted_hits = 0
-        tokens_total = 0
-        kv_peak = 0
-        busy = run_int = 0.0
-        prof = [0.0] * len(PARTS)  # seconds per profile part (PARTS order); idle is the last
-        t_first = float(self.arrival[order[0]]) if n else 0.0  # the run's time starts at its first arrival
-        usable = max(pool.num_blocks, 1)
+            self.order = np.argsort(np.asarray(self.arrival, np.float64), kind="stable").tolist()
+        self.issued = min(self.closed, n) if self.closed else 0
+        self.next_arr = 0
+        self.now = 0.0
+        self.last_dt = 0.0
+        self.done = 0
+        self.steps = self.preemptions = self.queries = self.hits = self.preempted_hits = 0
+        self.tokens_total = 0
+        self.kv_peak = 0
+        self.busy = self.run_int = 0.0
+        self.prof = [0.0] * len(PARTS)  # seconds per profile part (PARTS order); idle is the last
+        self.t_first = self.arrival[self.order[0]] if n else 0.0  # the run's time starts at its first arrival
         # The step trace, column by column (plain lists: a numpy array per step would cost more than the step).
-        rec: dict[str, list[float]] = {k: [] for k in STEP_COLUMNS}
-
-        def record(t: list[float], tokens: int, running_n: int, gen: int, uniform_decode: bool) -> None:
-            k = len(t)
-            rec["t"].extend(t)
-            for key, v in (("tokens", tokens), ("running", running_n), ("gen", gen),
-                           ("mode", cost.graph_mode(tokens, uniform_decode))):
-                rec[key].extend([v] * k)
-
-        def enqueue(i: int) -> None:
-            if fcfs:
-                waiting.append(i)
-            else:
-                bisect.insort(wait_sorted, (self.waiting_key(i), i))
-
+        self.rec: dict[str, list[float]] = {k: [] for k in STEP_COLUMNS}
         # With async scheduling vLLM schedules step N+1 as soon as step N is launched, so a request that
         # arrives while step N runs is first seen when step N+2 is scheduled.
-        lag = cfg.async_scheduling
-        # Requests that finished in the last step, their slots and blocks freed once the next step is scheduled.
-        draining: list[int] = []
-        last_dt = 0.0
-        while done < n:
-            # 1. arrivals
-            cutoff = now - last_dt if lag else now
-            if closed:
-                while next_arr < issued and self.arrival[order[next_arr]] <= cutoff:
-                    enqueue(order[next_arr])
-                    next_arr += 1
-            else:
-                while next_arr < n and arrivals_sorted[next_arr] <= cutoff:  # type: ignore[index]
-                    enqueue(order[next_arr])
-                    next_arr += 1
-            n_wait = len(waiting) if fcfs else len(wait_sorted)
-            if not running and not n_wait:
-                for i in draining:
-                    self._release(i, False)
-                draining.clear()
-                if next_arr >= (issued if closed else n):
+        self.lag = cfg.async_scheduling
+        self._seq = 0
+        while self.done < n:
+            self._arrivals()
+            if not self.running and not self._n_waiting():
+                if not self._idle():
                     break
-                t_arr = max(now, float(self.arrival[order[next_arr]]))
-                prof[-1] += t_arr - max(now, t_first)
-                now = t_arr
-                last_dt = 0.0  # an idle engine schedules a request the moment it arrives
                 continue
-            if dirty:
-                run_arr = np.fromiter(running, np.int64, len(running))
-                dirty = False
-            nrun = len(running)
-
-            # 2. fast path: a span of pure-decode steps nothing can interrupt
-            # (requests still draining keep a waiting one out of the next step only: then no span is taken)
-            if nrun and fcfs and nrun <= budget_max and not (draining and n_wait):
-                c = comp[run_arr]
-                if int((known[run_arr] - c).max()) == 1:
-                    admit_possible = n_wait > 0 or next_arr < (issued if closed else n)
-                    if n_wait and nrun < max_seqs:
-                        hg, hp, touch = self._lookup(waiting[0])
-                        need_w = self._cdiv(int(known[waiting[0]])) - hg - hp + touch
-                        admit_possible = need_w <= pool.num_free
-                    elif nrun >= max_seqs:
-                        admit_possible = False
-                    ol = out_left[run_arr]
-                    k = int(ol.min())
-                    if not admit_possible or n_wait == 0:
-                        h = held[run_arr]
-                        hsum = int(h.sum())
-                        def need_blocks(kk: int, c: np.ndarray = c, hsum: int = hsum) -> int:
-                            return int(((c + kk + bs - 1) // bs).sum()) - hsum
-                        if need_blocks(k) > pool.num_free:
-                            lo, hi = 0, k
-                            while lo < hi:
-                                mid = (lo + hi + 1) // 2
-                                if need_blocks(mid) <= pool.num_free:
-                                    lo = mid
-                                else:
-                                    hi = mid - 1
-                            k = lo
-                        if k >= 1:
-                            ctx0 = float(np.minimum(c + 1, cost.window(1 << 60)).sum())
-                            times, terms = cost.decode_span(nrun, nrun, ctx0, k)
-                            cum = np.cumsum(times)
-                            if admit_possible and not n_wait:
-                                nxt = float(self.arrival[order[next_arr]])
-                                k_arr = int(np.searchsorted(cum, nxt - now)) + 1
-                                if k_arr < k:
-                                    k = k_arr
-                            span = float(cum[k - 1])
-                            cost.add_span_parts(prof, terms, k)
-                            last_dt = float(times[k - 1])
-                            record((now + cum[:k]).tolist(), nrun, nrun, nrun, True)
-                            # A request whose last prompt token is computed in the span's first step
-                            # samples its first token then.
-                            fresh = run_arr[np.isnan(self.first[run_arr])]
-                            if fresh.size:
-                                self.first[fresh] = now + float(cum[0])
-                            newc = c + k
-                            newh = (newc + bs - 1) // bs
-                            pool.take(int(newh.sum()) - hsum)
-                            comp[run_arr] = newc
-                            known[run_arr] += k
-                            held[run_arr] = newh
-                            out_left[run_arr] = ol - k
-                            now += span
-                            steps += k
-                            tokens_total += k * nrun
-                            busy += span
-                            run_int += span * nrun
-                            if draining:  # the span's first step was scheduled beside them; their blocks go now
-                                kv_peak = max(kv_peak, pool.used - (int(newh.sum()) - hsum)
-                                              + int(((c + bs) // bs).sum()) - hsum)
-                                for i in draining:
-                                    self._release(i, False)
-                                draining.clear()
-                            kv_peak = max(kv_peak, pool.used)
-                            fin = run_arr[ol == k]
-                            if fin.size:
-                                for i in fin.tolist():
-                                    self.finish[i] = now
-                                    if lag:
-                                        draining.append(i)
-                                    else:
-                                        self._release(i, False)
-                                    running.remove(i)
-                                    done += 1
-                                    if closed and issued < n:
-                                        self.arrival[order[issued]] = now + round_trip
-                                        issued += 1
-                                dirty = True
-                            if self.check:
-                                pool.check()
-                            continue
-
-            # 3. schedule the running requests
-            sched_ids: list[int] = []  # scheduled one by one (slow path, admissions)
-            sched_n: list[int] = []
-            sched_arr = _EMPTY  # scheduled in one vectorised block (the running requests)
-            sched_n_arr = _EMPTY
-            budget = budget_max
-            preempted_now = False
-            decode_ctx = 0.0
-            pairs = 0.0
-            pctx = 0.0
-            uniform = True
-            if nrun:
-                c = comp[run_arr]
-                full_need = known[run_arr] - c  # 1 for a decode, more for a prompt (chunk) still to compute
-                need = np.minimum(full_need, thr) if thr else full_need
-                csum = np.cumsum(need)
-                everyone = int(csum[-1]) <= budget  # the common case: every running request fits the budget
-                sched = need if everyone else np.clip(budget - (csum - need), 0, need)
-                h = held[run_arr]
-                after = (c + sched + bs - 1) // bs
-                newb = after - h if everyone else np.where(sched > 0, np.maximum(after - h, 0), 0)
-                total_new = int(newb.sum())
-                if total_new <= pool.num_free:
-                    pool.take(total_new)
-                    if everyone:
-                        held[run_arr] = after
-                        ids, ns, cs, fn = run_arr, sched, c, full_need
-                    else:
-                        mask = sched > 0
-                        held[run_arr] = np.where(mask, np.maximum(after, h), h)
-                        ids, ns, cs, fn = run_arr[mask], sched[mask], c[mask], full_need[mask]
-                    budget -= int(csum[-1]) if everyone else int(ns.sum())
-                    is_dec = fn == 1
-                    n_dec = int(is_dec.sum())
-                    if n_dec == len(ids):
-                        decode_ctx = float(cs.sum()) + n_dec
-                        if cost.has_window:
-                            decode_ctx = float(np.minimum(cs + 1, cost.window(1 << 60)).sum())
-                    else:
-                        decode_ctx = float(np.minimum(cs[is_dec] + 1, cost.window(1 << 60)).sum())
-                        uniform = False
-                        for j in np.nonzero(~is_dec)[0].tolist():
-                            i, nn, cc = int(ids[j]), int(ns[j]), int(cs[j])
-                            pairs += cost.chunk_pairs(nn, cost.window(cc))
-                            pctx += cost.window(cc)
-                            self._extend_prefix(i, cc + nn)
-                    sched_arr = ids
-                    sched_n_arr = ns
-                else:
-                    # Slow path: allocate one by one, preempting from the tail when blocks run out.
-                    idx = 0
-                    while idx < len(running) and budget > 0:
-                        i = running[idx]
-                        nn = min(int(known[i] - comp[i]), thr or (1 << 62), budget)
-                        nb = max(self._cdiv(int(comp[i]) + nn) - int(held[i]), 0)
-                        victim_self = False
-                        while nb > pool.num_free:
-                            if fcfs:
-                                v = running[-1]
-                            else:
-                                tail = running[idx:]
-                                v = max(tail, key=lambda r: (self.victim_key(r), r))
-                            self._preempt(v, running)
-                            if fcfs:
-                                waiting.appendleft(v)
-                            else:
-                                bisect.insort(wait_sorted, (self.waiting_key(v), v))
-                            preemptions += 1
-                            preempted_now = True
-                            if v == i:
-                                victim_self = True
-                                break
-                        if victim_self:
-                            break
-                        pool.take(nb)
-                        held[i] += nb
-                        cc = int(comp[i])
-                        if known[i] - cc == 1 and nn == 1:
-                            decode_ctx += cost.window(cc + 1)
-                        else:
-                            uniform = False
-                            pairs += cost.chunk_pairs(nn, cost.window(cc))
-                            pctx += cost.window(cc)
-                            self._extend_prefix(i, cc + nn)
-                        sched_ids.append(i)
-                        sched_n.append(nn)
-                        budget -= nn
-                        idx += 1
-                    dirty = True
-
-            # 4. admit waiting requests (never in a step that preempted)
-            admitted = 0
-            if not preempted_now:
-                while budget > 0 and len(running) + len(draining) < max_seqs:
-                    if fcfs:
-                        if not waiting:
-                            break
-                        i = waiting[0]
-                    else:
-                        if not wait_sorted:
-                            break
-                        i = wait_sorted[0][1]
-                    hg, hp, touch = self._lookup(i)
-                    if not self.was_preempted[i] and cfg.enable_prefix_caching:
-                        queries += int(known[i])
-                        hits += hg * bs
-                    elif cfg.enable_prefix_caching:
-                        preempted_hits += (hg + hp) * bs
-                    start = (hg + hp) * bs
-                    nn = int(known[i]) - start
-                    if thr:
-                        nn = min(nn, thr)
-                    if not chunked and nn > budget:
-                        break
-                    nn = min(nn, budget)
-                    seq_need = self._cdiv(int(known[i])) - hg - hp + touch
-                    if seq_need > pool.num_free:
-                        break
-                    if fcfs:
-                        waiting.popleft()
-                    else:
-                        wait_sorted.pop(0)
-                    g = int(self.group[i])
-                    if g >= 0 and self.pblocks[i] > 0:
-                        pool.acquire(g)
-                        self.in_group[i] = True
-                    priv = self.ngroups + i
-                    if hp:
-                        got = pool.claim(priv)
-                        if got > hp:
-                            pool.release(got - hp)
-                    elif self.was_preempted[i] and pool.cached_len(priv):
-                        pool.release(pool.claim(priv))
-                    self.shared[i] = hg
-                    self.chain_pos[i] = hg
-                    comp[i] = start
-                    nb = self._cdiv(start + nn) - hg - hp
-                    pool.take(nb)
-                    held[i] = hg + hp + nb
-                    self._extend_prefix(i, start + nn)
-                    pairs += cost.chunk_pairs(nn, cost.window(start))
-                    pctx += cost.window(start)
-                    uniform = False
-                    running.append(i)
-                    dirty = True
-                    sched_ids.append(i)
-                    sched_n.append(nn)
-                    budget -= nn
-                    admitted += 1
-
-            n_sched = len(sched_ids) + len(sched_arr)
-            if not n_sched and draining:
-                for i in draining:
-                    self._release(i, False)
-                draining.clear()
+            if self._decode_span():
                 continue
-            if not n_sched:
-                # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
-                if next_arr < (issued if closed else n) and not running:
-                    t_arr = max(now, float(self.arrival[order[next_arr]]))
-                    prof[-1] += t_arr - max(now, t_first)
-                    now = t_arr
-                    last_dt = 0.0
-                    continue
-                raise RuntimeError("scheduler deadlock: no request can be scheduled and none is running")
+            batch = _Batch(cfg.max_num_batched_tokens)
+            self._schedule_running(batch)
+            if not batch.preempted:
+                self._admit(batch)
+            if self._nothing_scheduled(batch):
+                continue
+            self._step(batch)
 
-            # 5. price the step and advance it
-            ntok = int(budget_max - budget)
-            dt = cost.step_time(ntok, n_sched, len(running), decode_ctx, pairs, pctx, uniform, admitted, prof)
-            now += dt
-            last_dt = dt
-            steps += 1
-            tokens_total += ntok
-            busy += dt
-            run_int += dt * len(running)
-            kv_peak = max(kv_peak, pool.used)
-            if sched_ids:
-                ids_a = np.concatenate((sched_arr, np.asarray(sched_ids, np.int64)))
-                n_a = np.concatenate((sched_n_arr, np.asarray(sched_n, np.int64)))
-            else:
-                ids_a, n_a = sched_arr, sched_n_arr
-            comp[ids_a] += n_a
-            for i in draining:
-                self._release(i, False)
-            draining.clear()
-            sampled = ids_a[comp[ids_a] == known[ids_a]]
-            if sampled.size:
-                known[sampled] += 1
-                out_left[sampled] -= 1
-                firsts = sampled[np.isnan(self.first[sampled])]
-                self.first[firsts] = now
-                fin = sampled[out_left[sampled] == 0]
-                for i in fin.tolist():
-                    self.finish[i] = now
-                    if lag:
-                        draining.append(i)
-                    else:
-                        self._release(i, False)
-                    running.remove(i)
-                    dirty = True
-                    done += 1
-                    if closed and issued < n:
-                        self.arrival[order[issued]] = now + round_trip
-                        issued += 1
-            record([now], ntok, len(running), int(sampled.size), uniform)
-            if self.check:
-                pool.check()
-
-        for i in draining:
+        for i in self.draining:
             self._release(i, False)
+        usable = max(self.pool.num_blocks, 1)
         return SimResult(
-            arrival=self.arrival, first_token=self.first, finish=self.finish, prompt_len=self.prompt,
-            output_len=self.out_len, generated=self.known - self.prompt, num_steps=steps,
-            num_preemptions=preemptions, prefix_queries=queries,
-            prefix_hits=hits, kv_usage_peak=kv_peak / usable, busy_time=busy, running_time_integral=run_int,
-            tokens_scheduled=tokens_total, preempted_prefix_hits=preempted_hits,
-            steps={k: np.asarray(v, np.float64 if k == "t" else np.int64) for k, v in rec.items()},
-            profile=self._profile(prof, busy),
+            arrival=np.asarray(self.arrival, np.float64), first_token=np.asarray(self.first, np.float64),
+            finish=np.asarray(self.finish, np.float64), prompt_len=self.prompt, output_len=self.out_len,
+            generated=np.asarray(self.known, np.int64) - self.prompt, num_steps=self.steps,
+            num_preemptions=self.preemptions, prefix_queries=self.queries,
+            prefix_hits=self.hits, kv_usage_peak=self.kv_peak / usable, busy_time=self.busy,
+            running_time_integral=self.run_int, tokens_scheduled=self.tokens_total,
+            preempted_prefix_hits=self.preempted_hits,
+            steps=({k: np.asarray(v, np.float64 if k == "t" else np.int64) for k, v in self.rec.items()}
+                   if self.record_steps else None),
+            profile=self._profile(self.prof, self.busy),
         )
+
+    # 1. arrivals
+    def _arrivals(self) -> None:
+        """Requests that arrived before this step is scheduled join the waiting queue (a step later under async)."""
+        cutoff = self.now - self.last_dt if self.lag else self.now
+        limit = self.issued if self.closed else self.n
+        arrival, order = self.arrival, self.order
+        j = self.next_arr
+        while j < limit and arrival[order[j]] <= cutoff:
+            self._enqueue(order[j])
+            j += 1
+        self.next_arr = j
+
+    def _idle(self) -> bool:
+        """Nothing runs or waits: jump to the next arrival (False when none is left)."""
+        for i in self.draining:
+            self._release(i, False)
+        self.draining.clear()
+        if self.next_arr >= (self.issued if self.closed else self.n):
+            return False
+        t_arr = max(self.now, self.arrival[self.order[self.next_arr]])
+        self.prof[-1] += t_arr - max(self.now, self.t_first)
+        self.now = t_arr
+        self.last_dt = 0.0  # an idle engine schedules a request the moment it arrives
+        return True
+
+    # 2. a span of pure-decode steps nothing can interrupt
+    def _decode_span(self) -> bool:
+        """Advance every running request by the steps until the next finish, arrival or block shortage, if only
+        decodes run and no waiting request could be admitted meanwhile; False (nothing done) otherwise.
+
+        Requests still draining keep a waiting one out of the next step only: then no span is taken.
+        """
+        nrun = len(self.running)
+        n_wait = self._n_waiting()
+        cfg, pool, dec = self.cfg, self.pool, self.decoding
+        if not nrun or self.prefill or not self.fcfs or nrun > cfg.max_num_batched_tokens or (
+                self.draining and n_wait):
+            return False
+        admit_possible = n_wait > 0 or self.next_arr < (self.issued if self.closed else self.n)
+        if n_wait and nrun < cfg.max_num_seqs:
+            w = self.waiting[0]
+            hg, hp, touch = self._lookup(w)
+            admit_possible = self._cdiv(self.known[w]) - hg - hp + touch <= pool.num_free
+        elif nrun >= cfg.max_num_seqs:
+            admit_possible = False
+        if admit_possible and n_wait:
+            return False
+        k = dec.steps_to_finish()
+        free = pool.num_free
+        if dec.new_blocks(k) > free:  # the most steps the free blocks allow
+            lo, hi = 0, k
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if dec.new_blocks(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        if k < 1:
+            return False
+        now = self.now
+        until = self.arrival[self.order[self.next_arr]] - now if admit_possible else math.inf
+        k, cum, self.last_dt, terms = self.cost.decode_span_until(nrun, nrun, float(dec.context()), k, until)
+        span = float(cum[k - 1])
+        self.cost.add_span_parts(self.prof, terms, k)
+        if self.record_steps:
+            self._record([now + float(c) for c in cum[:k]], nrun, nrun, nrun, True)
+        if dec.no_first:  # a request whose last prompt token is computed in the span's first step samples then
+            t0 = now + float(cum[0])
+            for i in dec.no_first:
+                self.first[i] = t0
+        need = dec.new_blocks(k)
+        need_first = dec.new_blocks(1) if self.draining else 0
+        pool.take(need)
+        finished = dec.advance(k)
+        self.now = now + span
+        self.steps += k
+        self.tokens_total += k * nrun
+        self.busy += span
+        self.run_int += span * nrun
+        if self.draining:  # the span's first step was scheduled beside them; their blocks go now
+            self.kv_peak = max(self.kv_peak, pool.used - need + need_first)
+            for i in self.draining:
+                self._release(i, False)
+            self.draining.clear()
+        self.kv_peak = max(self.kv_peak, pool.used)
+        for i, c in finished:
+            self._leave_group(i, c)
+            self._finish_request(i)
+        if self.check:
+            pool.check()
+        return True
+
+    # 3. schedule the running requests
+    def _schedule_running(self, b: _Batch) -> None:
+        """Running requests first, in admission order, each taking what it still needs of the budget."""
+        if not self.running:
+            return
+        dec, comp, known, thr, cdiv = self.decoding, self.comp, self.known, self.cfg.long_prefill_token_threshold, \
+            self._cdiv
+        # The common case: every running request fits the budget and the free blocks.
+        chunks = []
+        total = len(dec)
+        for i in self.prefill:
+            nn = known[i] - comp[i]
+            if thr and nn > thr:
+                nn = thr
+            chunks.append((i, nn))
+            total += nn
+        if total <= b.budget:
+            new = dec.new_blocks(1) + sum(cdiv(comp[i] + nn) - cdiv(comp[i]) for i, nn in chunks)
+            if new <= self.pool.num_free:
+                self.pool.take(new)
+                b.budget -= total
+                b.group = len(dec) > 0
+                b.decode_ctx = float(dec.context())
+                self._price_chunks(b, chunks)
+                return
+        self._schedule_one_by_one(b)
+
+    def _price_chunks(self, b: _Batch, chunks: list[tuple[int, int]]) -> None:
+        """Prompt chunks scheduled: their attention pairs and context, and the shared-prefix blocks they complete."""
+        cost, comp = self.cost, self.comp
+        for i, nn in chunks:
+            cc = comp[i]
+            w = cost.window(cc)
+            b.pairs += cost.chunk_pairs(nn, w)
+            b.pctx += w
+            self._extend_prefix(i, cc + nn)
+        if chunks:
+            b.uniform = False
+            b.chunks = chunks
+
+    def _ungroup(self) -> list[int]:
+        """Every running request out of the decode group, one by one, in running order."""
+        for i, c, ol in self.decoding.remove_all():
+            self.comp[i], self.known[i], self.out_left[i] = c, c + 1, ol
+        self.prefill = dict.fromkeys(self.running)
+        return list(self.running)
+
+    def _schedule_one_by_one(self, b: _Batch) -> None:
+        """The running requests, one by one: some do not fit the budget, or their blocks do not fit the pool."""
+        comp, known, thr, cdiv, cost, pool = self.comp, self.known, self.cfg.long_prefill_token_threshold, \
+            self._cdiv, self.cost, self.pool
+        run = self._ungroup()
+        b.ungrouped = True
+        need = [min(known[i] - comp[i], thr) if thr else known[i] - comp[i] for i in run]
+        sched = []
+        left = b.budget
+        for nn in need:  # each takes what the budget has left after those before it
+            sched.append(min(nn, max(left, 0)))
+            left -= nn
+        total_new = sum(cdiv(comp[i] + s) - cdiv(comp[i]) for i, s in zip(run, sched, strict=True) if s > 0)
+        if total_new <= pool.num_free:
+            pool.take(total_new)
+            chunks = [(i, s) for i, s in zip(run, sched, strict=True) if s > 0]
+            b.budget -= sum(s for _, s in chunks)
+            decodes = [comp[i] for i, s in chunks if known[i] - comp[i] == 1]
+            b.decode_ctx = float(sum(min(c + 1, cost.window(1 << 60)) for c in decodes))
+            if len(decodes) < len(chunks):
+                self._price_chunks(b, [(i, s) for i, s in chunks if known[i] - comp[i] != 1])
+            b.chunks = chunks
+            return
+        # Allocate one by one, preempting from the tail when blocks run out.
+        fcfs = self.fcfs
+        chunks = []
+        idx = 0
+        budget = b.budget
+        while idx < len(run) and budget > 0:
+            i = run[idx]
+            nn = min(known[i] - comp[i], thr or (1 << 62), budget)
+            nb = max(cdiv(comp[i] + nn) - cdiv(comp[i]), 0)
+            victim_self = False
+            while nb > pool.num_free:
+                if fcfs:
+                    v = run[-1]
+                else:
+                    tail = run[idx:]
+                    v = max(tail, key=lambda r: (self.victim_key(r), r))
+                self._preempt(v, run)
+                if fcfs:
+                    self.waiting.appendleft(v)
+                else:
+                    bisect.insort(self.wait_sorted, (self.waiting_key(v), v))
+                self.preemptions += 1
+                b.preempted = True
+                if v == i:
+                    victim_self = True
+                    break
+            if victim_self:
+                break
+            pool.take(nb)
+            cc = comp[i]
+            if known[i] - cc == 1 and nn == 1:
+                b.decode_ctx += cost.window(cc + 1)
+            else:
+                b.uniform = False
+                b.pairs += cost.chunk_pairs(nn, cost.window(cc))
+                b.pctx += cost.window(cc)
+                self._extend_prefix(i, cc + nn)
+            chunks.append((i, nn))
+            budget -= nn
+            idx += 1
+        b.budget = budget
+        b.chunks = chunks
+
+    # 4. admit waiting requests (never in a step that preempted)
+    def _admit(self, b: _Batch) -> None:
+        """Waiting requests join while the budget, ``max_num_seqs`` and the free blocks allow, in queue order."""
+        cfg, pool, cost, bs = self.cfg, self.pool, self.cost, self.bs
+        known, fcfs, thr = self.known, self.fcfs, cfg.long_prefill_token_threshold
+        caching = cfg.enable_prefix_caching
+        while b.budget > 0 and len(self.running) + len(self.draining) < cfg.max_num_seqs:
+            if fcfs:
+                if not self.waiting:
+                    break
+                i = self.waiting[0]
+            else:
+                if not self.wait_sorted:
+                    break
+                i = self.wait_sorted[0][1]
+            hg, hp, touch = self._lookup(i)
+            if not self.was_preempted[i] and caching:
+                self.queries += known[i]
+                self.hits += hg * bs
+            elif caching:
+                self.preempted_hits += (hg + hp) * bs
+            start = (hg + hp) * bs
+            nn = known[i] - start
+            if thr:
+                nn = min(nn, thr)
+            if not cfg.enable_chunked_prefill and nn > b.budget:
+                break
+            nn = min(nn, b.budget)
+            if self._cdiv(known[i]) - hg - hp + touch > pool.num_free:
+                break
+            if fcfs:
+                self.waiting.popleft()
+            else:
+                self.wait_sorted.pop(0)
+            g = self.group[i]
+            if g >= 0 and self.pblocks[i] > 0:
+                pool.acquire(g)
+                self.in_group[i] = True
+            priv = self.ngroups + i
+            if hp:
+                got = pool.claim(priv)
+                if got > hp:
+                    pool.release(got - hp)
+            elif self.was_preempted[i] and pool.cached_len(priv):
+                pool.release(pool.claim(priv))
+            self.shared[i] = hg
+            self.chain_pos[i] = hg
+            self.comp[i] = start
+            pool.take(self._cdiv(start + nn) - hg - hp)
+            self._extend_prefix(i, start + nn)
+            b.pairs += cost.chunk_pairs(nn, cost.window(start))
+            b.pctx += cost.window(start)
+            b.uniform = False
+            self.running[i] = self._seq
+            self._seq += 1
+            self.prefill[i] = None
+            b.chunks.append((i, nn))
+            b.budget -= nn
+            b.admitted += 1
+
+    def _nothing_scheduled(self, b: _Batch) -> bool:
+        """A step with nothing to run: free the draining requests' places, or wait for an arrival."""
+        if b.group or b.chunks:
+            return False
+        self._regroup(list(self.prefill))
+        if self.draining:
+            for i in self.draining:
+                self._release(i, False)
+            self.draining.clear()
+            return True
+        # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
+        if self.next_arr < (self.issued if self.closed else self.n) and not self.running:
+            t_arr = max(self.now, self.arrival[self.order[self.next_arr]])
+            self.prof[-1] += t_arr - max(self.now, self.t_first)
+            self.now = t_arr
+            self.last_dt = 0.0
+            return True
+        raise RuntimeError("scheduler deadlock: no request can be scheduled and none is running")
+
+    # 5. price the step, advance it, finish what is done
+    def _step(self, b: _Batch) -> None:
+        """Price the step, advance every scheduled request by its tokens, and finish those that are done."""
+        cfg, pool, dec = self.cfg, self.pool, self.decoding
+        comp, known, out_left, first = self.comp, self.known, self.out_left, self.first
+        ntok = cfg.max_num_batched_tokens - b.budget
+        n_group = len(dec) if b.group else 0
+        nrun = len(self.running)
+        dt = self.cost.step_time(ntok, n_group + len(b.chunks), nrun, b.decode_ctx, b.pairs, b.pctx, b.uniform,
+                                 b.admitted, self.prof)
+        now = self.now = self.now + dt
+        self.last_dt = dt
+        self.steps += 1
+        self.tokens_total += ntok
+        self.busy += dt
+        self.run_int += dt * nrun
+        self.kv_peak = max(self.kv_peak, pool.used)
+        done: list[int] = []
+        sampled = n_group
+        for i, nn in b.chunks:
+            c = comp[i] = comp[i] + nn
+            if c == known[i]:  # the prompt (or its recompute) is done: the step samples a token
+                known[i] = c + 1
+                out_left[i] -= 1
+                sampled += 1
+                if first[i] != first[i]:
+                    first[i] = now
+                if not out_left[i]:
+                    done.append(i)
+        for i in self.draining:
+            self._release(i, False)
+        self.draining.clear()
+        if b.group:
+            for i in dec.no_first:
+                first[i] = now
+            finished = dec.advance(1)
+            for i, c in finished:
+                self._leave_group(i, c)
+            if finished:
+                done = sorted([i for i, _ in finished] + done, key=self.running.__getitem__) if done else \
+                    [i for i, _ in finished]
+        for i in done:
+            self.prefill.pop(i, None)
+            self._finish_request(i)
+        self._regroup(list(self.prefill) if b.ungrouped else [i for i, _ in b.chunks])
+        if self.record_steps:
+            self._record([now], ntok, len(self.running), sampled, b.uniform)
+        if self.check:
+            pool.check()
+
+    def _regroup(self, ids: list[int]) -> None:
+        """Running requests among ``ids`` whose prompt is done join the decode group."""
+        comp, known, prefill, first = self.comp, self.known, self.prefill, self.first
+        for i in ids:
+            if i in prefill and known[i] - comp[i] == 1:
+                del prefill[i]
+                self.decoding.add(i, comp[i], self.out_left[i], self.running[i], first[i] == first[i])
+
+    def _leave_group(self, i: int, computed: int) -> None:
+        """A request leaves the decode group (it finished): its counts back in the per-request lists."""
+        self.comp[i] = computed
+        self.known[i] = computed + 1
+        self.out_left[i] = 0
+
+    def _finish_request(self, i: int) -> None:
+        """Request ``i`` generated its last token: its place and blocks are freed (a step later under async)."""
+        self.finish[i] = self.now
+        if self.lag:
+            self.draining.append(i)
+        else:
+            self._release(i, False)
+        del self.running[i]
+        self.done += 1
+        if self.closed and self.issued < self.n:
+            self.arrival[self.order[self.issued]] = self.now + self.round_trip
+            self.issued += 1
 
     def _profile(self, parts: list[float], busy: float) -> Profile:
         """The run's `Profile`: the steps' priced parts, the engine-CPU wait they leave, the idle waits."""
@@ -565,4 +651,5 @@ class EngineSim:
         self.comp[v] = 0
         self.was_preempted[v] = True
         running.remove(v)
-
+        del self.running[v]
+        self.prefill.pop(v, None)
