@@ -161,7 +161,7 @@ class EngineSim:
     def _release(self, i: int, preempt: bool) -> None:
         """Free request ``i``'s blocks (those covering its computed tokens); after a preemption its full blocks stay
         cached for its return."""
-        owned = self._cdiv(self.comp[i]) - self.shared[i]
+        owned = -(-self.comp[i] // self.bs) - self.shared[i]
         if preempt and self.cfg.enable_prefix_caching:
             full = max(self.comp[i] // self.bs - self.shared[i], 0)
             full = min(full, owned)
@@ -277,9 +277,15 @@ class EngineSim:
         limit = self.issued if self.closed else self.n
         arrival, order = self.arrival, self.order
         j = self.next_arr
-        while j < limit and arrival[order[j]] <= cutoff:
-            self._enqueue(order[j])
-            j += 1
+        if self.fcfs:
+            append = self.waiting.append
+            while j < limit and arrival[order[j]] <= cutoff:
+                append(order[j])
+                j += 1
+        else:
+            while j < limit and arrival[order[j]] <= cutoff:
+                self._enqueue(order[j])
+                j += 1
         self.next_arr = j
 
     def _idle(self) -> bool:
@@ -318,8 +324,9 @@ class EngineSim:
         if admit_possible and n_wait:
             return False
         k = dec.steps_to_finish()
-        free = pool.num_free
-        if dec.new_blocks(k) > free:  # the most steps the free blocks allow
+        free = pool.free_plain + pool.evictable
+        need = dec.new_blocks(k)
+        if need > free:  # the most steps the free blocks allow
             lo, hi = 0, k
             while lo < hi:
                 mid = (lo + hi + 1) // 2
@@ -328,10 +335,12 @@ class EngineSim:
                 else:
                     hi = mid - 1
             k = lo
-        if k < 1:
-            return False
+            if k < 1:
+                return False
+            need = dec.new_blocks(k)
         now = self.now
         until = self.arrival[self.order[self.next_arr]] - now if admit_possible else math.inf
+        steps = k
         k, cum, self.last_dt, terms = self.cost.decode_span_until(nrun, nrun, float(dec.context()), k, until)
         span = float(cum[k - 1])
         self.cost.add_span_parts(self.prof, terms, k)
@@ -341,7 +350,8 @@ class EngineSim:
             t0 = now + float(cum[0])
             for i in dec.no_first:
                 self.first[i] = t0
-        need = dec.new_blocks(k)
+        if k < steps:  # the next arrival cut the span short
+            need = dec.new_blocks(k)
         need_first = dec.new_blocks(1) if self.draining else 0
         pool.take(need)
         finished = dec.advance(k)
@@ -356,8 +366,9 @@ class EngineSim:
                 self._release(i, False)
             self.draining.clear()
         self.kv_peak = max(self.kv_peak, pool.used)
-        for i, c in finished:
-            self._leave_group(i, c)
+        comp, known, out_left = self.comp, self.known, self.out_left
+        for i, c in finished:  # their counts back in the per-request lists
+            comp[i], known[i], out_left[i] = c, c + 1, 0
             self._finish_request(i)
         if self.check:
             pool.check()
@@ -480,61 +491,74 @@ class EngineSim:
     def _admit(self, b: _Batch) -> None:
         """Waiting requests join while the budget, ``max_num_seqs`` and the free blocks allow, in queue order."""
         cfg, pool, cost, bs = self.cfg, self.pool, self.cost, self.bs
-        known, fcfs, thr = self.known, self.fcfs, cfg.long_prefill_token_threshold
-        caching = cfg.enable_prefix_caching
-        while b.budget > 0 and len(self.running) + len(self.draining) < cfg.max_num_seqs:
+        known, comp, fcfs, thr = self.known, self.comp, self.fcfs, cfg.long_prefill_token_threshold
+        caching, chunked, max_seqs = cfg.enable_prefix_caching, cfg.enable_chunked_prefill, cfg.max_num_seqs
+        waiting, wait_sorted, running, prefill, draining = self.waiting, self.wait_sorted, self.running, \
+            self.prefill, self.draining
+        was_preempted, group, pblocks = self.was_preempted, self.group, self.pblocks
+        budget = b.budget
+        slots = max_seqs - len(running) - len(draining)
+        while budget > 0 and slots > 0:
             if fcfs:
-                if not self.waiting:
+                if not waiting:
                     break
-                i = self.waiting[0]
+                i = waiting[0]
             else:
-                if not self.wait_sorted:
+                if not wait_sorted:
                     break
-                i = self.wait_sorted[0][1]
-            hg, hp, touch = self._lookup(i)
-            if not self.was_preempted[i] and caching:
-                self.queries += known[i]
-                self.hits += hg * bs
-            elif caching:
-                self.preempted_hits += (hg + hp) * bs
+                i = wait_sorted[0][1]
+            # Only a request with a shared prefix, or one coming back from a preemption, can hit the prefix cache.
+            hit_possible = caching and ((pblocks[i] and group[i] >= 0) or was_preempted[i])
+            hg, hp, touch = self._lookup(i) if hit_possible else (0, 0, 0)
+            if caching:
+                if not was_preempted[i]:
+                    self.queries += known[i]
+                    self.hits += hg * bs
+                else:
+                    self.preempted_hits += (hg + hp) * bs
             start = (hg + hp) * bs
             nn = known[i] - start
-            if thr:
-                nn = min(nn, thr)
-            if not cfg.enable_chunked_prefill and nn > b.budget:
+            if thr and nn > thr:
+                nn = thr
+            if not chunked and nn > budget:
                 break
-            nn = min(nn, b.budget)
-            if self._cdiv(known[i]) - hg - hp + touch > pool.num_free:
+            if nn > budget:
+                nn = budget
+            if -(-known[i] // bs) - hg - hp + touch > pool.free_plain + pool.evictable:
                 break
             if fcfs:
-                self.waiting.popleft()
+                waiting.popleft()
             else:
-                self.wait_sorted.pop(0)
-            g = self.group[i]
-            if g >= 0 and self.pblocks[i] > 0:
+                wait_sorted.pop(0)
+            g = group[i]
+            if g >= 0 and pblocks[i] > 0:
                 pool.acquire(g)
                 self.in_group[i] = True
-            priv = self.ngroups + i
             if hp:
-                got = pool.claim(priv)
+                got = pool.claim(self.ngroups + i)
                 if got > hp:
                     pool.release(got - hp)
-            elif self.was_preempted[i] and pool.cached_len(priv):
-                pool.release(pool.claim(priv))
+            elif was_preempted[i] and pool.cached_len(self.ngroups + i):
+                pool.release(pool.claim(self.ngroups + i))
             self.shared[i] = hg
             self.chain_pos[i] = hg
-            self.comp[i] = start
-            pool.take(self._cdiv(start + nn) - hg - hp)
-            self._extend_prefix(i, start + nn)
-            b.pairs += cost.chunk_pairs(nn, cost.window(start))
-            b.pctx += cost.window(start)
-            b.uniform = False
-            self.running[i] = self._seq
+            comp[i] = start
+            pool.take(-(-(start + nn) // bs) - hg - hp)
+            if pblocks[i]:
+                self._extend_prefix(i, start + nn)
+            w = cost.window(start)
+            b.pairs += cost.chunk_pairs(nn, w)
+            b.pctx += w
+            running[i] = self._seq
             self._seq += 1
-            self.prefill[i] = None
+            prefill[i] = None
             b.chunks.append((i, nn))
-            b.budget -= nn
+            budget -= nn
+            slots -= 1
             b.admitted += 1
+        if b.admitted:
+            b.uniform = False
+        b.budget = budget
 
     def _nothing_scheduled(self, b: _Batch) -> bool:
         """A step with nothing to run: free the draining requests' places, or wait for an arrival."""
@@ -591,8 +615,8 @@ class EngineSim:
             for i in dec.no_first:
                 first[i] = now
             finished = dec.advance(1)
-            for i, c in finished:
-                self._leave_group(i, c)
+            for i, c in finished:  # their counts back in the per-request lists
+                comp[i], known[i], out_left[i] = c, c + 1, 0
             if finished:
                 done = sorted([i for i, _ in finished] + done, key=self.running.__getitem__) if done else \
                     [i for i, _ in finished]
@@ -612,12 +636,6 @@ class EngineSim:
             if i in prefill and known[i] - comp[i] == 1:
                 del prefill[i]
                 self.decoding.add(i, comp[i], self.out_left[i], self.running[i], first[i] == first[i])
-
-    def _leave_group(self, i: int, computed: int) -> None:
-        """A request leaves the decode group (it finished): its counts back in the per-request lists."""
-        self.comp[i] = computed
-        self.known[i] = computed + 1
-        self.out_left[i] = 0
 
     def _finish_request(self, i: int) -> None:
         """Request ``i`` generated its last token: its place and blocks are freed (a step later under async)."""
