@@ -423,44 +423,60 @@ class EngineSim:
 
     def _schedule_one_by_one(self, b: _Batch) -> None:
         """The running requests, one by one: some do not fit the budget, or their blocks do not fit the pool."""
-        comp, known, thr, cdiv, cost, pool = self.comp, self.known, self.cfg.long_prefill_token_threshold, \
-            self._cdiv, self.cost, self.pool
+        comp, known, thr, cost, pool = self.comp, self.known, self.cfg.long_prefill_token_threshold, self.cost, \
+            self.pool
         run = self._ungroup()
         b.ungrouped = True
-        need = [min(known[i] - comp[i], thr) if thr else known[i] - comp[i] for i in run]
-        sched = []
+        bs = self.bs
+        chunks = []  # each takes what the budget has left after those before it
         left = b.budget
-        for nn in need:  # each takes what the budget has left after those before it
-            sched.append(min(nn, max(left, 0)))
+        total_new = 0
+        for i in run:
+            c = comp[i]
+            nn = known[i] - c
+            if thr and nn > thr:
+                nn = thr
+            s = nn if nn <= left else (left if left > 0 else 0)
             left -= nn
-        total_new = sum(cdiv(comp[i] + s) - cdiv(comp[i]) for i, s in zip(run, sched, strict=True) if s > 0)
+            if s > 0:
+                chunks.append((i, s))
+                total_new += -(-(c + s) // bs) - -(-c // bs)
         if total_new <= pool.num_free:
             pool.take(total_new)
-            chunks = [(i, s) for i, s in zip(run, sched, strict=True) if s > 0]
             b.budget -= sum(s for _, s in chunks)
+            w = cost.window(1 << 60)
             decodes = [comp[i] for i, s in chunks if known[i] - comp[i] == 1]
-            b.decode_ctx = float(sum(min(c + 1, cost.window(1 << 60)) for c in decodes))
+            b.decode_ctx = float(sum(c + 1 if c + 1 < w else w for c in decodes))
             if len(decodes) < len(chunks):
                 self._price_chunks(b, [(i, s) for i, s in chunks if known[i] - comp[i] != 1])
             b.chunks = chunks
             return
         # Allocate one by one, preempting from the tail when blocks run out.
         fcfs = self.fcfs
+        w = cost.window(1 << 60)
         chunks = []
         idx = 0
         budget = b.budget
-        while idx < len(run) and budget > 0:
+        decode_ctx = b.decode_ctx
+        end = len(run)
+        while idx < end and budget > 0:
             i = run[idx]
-            nn = min(known[i] - comp[i], thr or (1 << 62), budget)
-            nb = max(cdiv(comp[i] + nn) - cdiv(comp[i]), 0)
+            cc = comp[i]
+            full = nn = known[i] - cc
+            if thr and nn > thr:
+                nn = thr
+            if nn > budget:
+                nn = budget
+            nb = -(-(cc + nn) // bs) - -(-cc // bs)
             victim_self = False
-            while nb > pool.num_free:
+            while nb > pool.free_plain + pool.evictable:
                 if fcfs:
-                    v = run[-1]
+                    v = run.pop()
                 else:
-                    tail = run[idx:]
-                    v = max(tail, key=lambda r: (self.victim_key(r), r))
-                self._preempt(v, run)
+                    v = max(run[idx:], key=lambda r: (self.victim_key(r), r))
+                    run.remove(v)
+                end -= 1
+                self._preempt(v)
                 if fcfs:
                     self.waiting.appendleft(v)
                 else:
@@ -472,10 +488,10 @@ class EngineSim:
                     break
             if victim_self:
                 break
-            pool.take(nb)
-            cc = comp[i]
-            if known[i] - cc == 1 and nn == 1:
-                b.decode_ctx += cost.window(cc + 1)
+            if nb:
+                pool.take(nb)
+            if full == 1 and nn == 1:
+                decode_ctx += cc + 1 if cc + 1 < w else w  # the decode's context with its new token (`StepCost.window`)
             else:
                 b.uniform = False
                 b.pairs += cost.chunk_pairs(nn, cost.window(cc))
@@ -484,6 +500,7 @@ class EngineSim:
             chunks.append((i, nn))
             budget -= nn
             idx += 1
+        b.decode_ctx = decode_ctx
         b.budget = budget
         b.chunks = chunks
 
@@ -631,11 +648,16 @@ class EngineSim:
 
     def _regroup(self, ids: list[int]) -> None:
         """Running requests among ``ids`` whose prompt is done join the decode group."""
-        comp, known, prefill, first = self.comp, self.known, self.prefill, self.first
-        for i in ids:
-            if i in prefill and known[i] - comp[i] == 1:
-                del prefill[i]
-                self.decoding.add(i, comp[i], self.out_left[i], self.running[i], first[i] == first[i])
+        comp, known, prefill, first, out_left, running = self.comp, self.known, self.prefill, self.first, \
+            self.out_left, self.running
+        joining = [(i, comp[i], out_left[i], running[i], first[i] == first[i]) for i in ids
+                   if i in prefill and known[i] - comp[i] == 1]
+        for i, *_ in joining:
+            del prefill[i]
+        if len(joining) > 1:
+            self.decoding.add_many(joining)
+        elif joining:
+            self.decoding.add(*joining[0])
 
     def _finish_request(self, i: int) -> None:
         """Request ``i`` generated its last token: its place and blocks are freed (a step later under async)."""
@@ -664,10 +686,10 @@ class EngineSim:
         """Under the priority policy, the running request with the largest key is preempted first."""
         return float(self.arrival[i])
 
-    def _preempt(self, v: int, running: list[int]) -> None:
+    def _preempt(self, v: int) -> None:
+        """Request ``v`` gives its blocks back (its full ones stay cached) and will compute its tokens again."""
         self._release(v, True)
         self.comp[v] = 0
         self.was_preempted[v] = True
-        running.remove(v)
         del self.running[v]
         self.prefill.pop(v, None)
