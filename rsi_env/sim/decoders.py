@@ -97,6 +97,8 @@ class DecodeGroup:
         b = self.base[i]
         self.seq[i] = -1
         self.n -= 1
+        if self.no_first and i in self.no_first:
+            self.no_first.remove(i)
         self._base_sum -= b
         self._phase[(b - 1) % self.bs] -= 1
         if self.window is not None:
