@@ -113,8 +113,11 @@ def _covered(path: str, roots: tuple[str, ...]) -> bool:
 
 @cache
 def site_dirs() -> tuple[str, ...]:
-    """Every Python site directory a command could import from: the interpreter's, the user's, the system's."""
-    found = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+    """Every Python site directory a command could import from: the interpreter's, the user's, the system's, and in
+    a venv its base interpreter's (whose prefix is bound for the standard library, site-packages and all)."""
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
+    found = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], base["purelib"], base["platlib"],
+             *site.getsitepackages()}
     found.add(site.getusersitepackages())
     for root in ("/usr/lib", "/usr/local/lib", "/usr/lib64"):
         for d in Path(root).glob("python3*/*-packages"):

@@ -229,7 +229,8 @@ HOSTILE_SPECS = [
 @pytest.mark.parametrize("source, expect", HOSTILE_SPECS)
 def test_hostile_or_broken_loaders_come_back_as_clear_errors(env: DayZeroEnv, source: str, expect: str,
                                                              monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(checks, "SPEC_TIMEOUT_S", 2.0)
+    if expect == "did not finish":  # the hang alone is cut short: a loaded machine takes seconds for an honest loader
+        monkeypatch.setattr(checks, "SPEC_TIMEOUT_S", 2.0)
     obs, r, term, _, _ = write(env, "spec.py", source)
     assert expect in obs["text"] and np.isfinite(r) and not term, obs["text"]
     obs, *_ = write(env, "spec.py", SPEC)  # the env still works

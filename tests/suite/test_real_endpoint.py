@@ -142,7 +142,7 @@ def test_every_bound_stops_an_episode_played_against_vllm(vllm_chat: str, suite_
     cases = [(endpoint, ChatLimits(max_requests=2), "max_requests"),
              (endpoint, ChatLimits(max_tokens=1500), "max_tokens"),
              (endpoint, ChatLimits(max_seconds=0.5), "max_seconds"),
-             (ChatEndpoint(vllm_chat, MODEL, timeout_s=0.05), ChatLimits(), "endpoint: chat endpoint"),
+             (ChatEndpoint(vllm_chat, MODEL, timeout_s=0.001), ChatLimits(), "endpoint: chat endpoint"),
              (endpoint, ChatLimits(max_requests=30, max_tokens=10**6), "endpoint: chat endpoint")]
     for client, limits, reason in cases:
         env = inst.make_env()
