@@ -30,23 +30,27 @@ __all__ = ["EditError", "Workspace", "MAX_FILE_BYTES"]
 MAX_FILE_BYTES = 256 * 1024
 
 
-def _writable(func: object, path: str, exc_info: object) -> None:
-    """`shutil.rmtree`'s error hook: a folder the agent made unreadable is opened up, without following links."""
-    parent = os.path.dirname(path)
-    with contextlib.suppress(OSError):
-        for p in (parent, path):
-            if stat.S_ISDIR(os.lstat(p).st_mode):
-                os.chmod(p, 0o700)
-    with contextlib.suppress(OSError):
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-
-
 def remove_tree(root: Path) -> None:
-    """Remove ``root`` and all in it; links inside are removed, never followed."""
-    shutil.rmtree(root, onerror=_writable)
+    """Remove ``root`` and all in it; links inside are removed, never followed.
+
+    A folder the agent made unreadable is opened up (0o700) to be removed, and only folders inside ``root``: the
+    folder holding ``root`` (``/tmp``, say) is never touched, even when ``root`` itself is gone or cannot be read.
+    """
+    top = os.path.abspath(root)
+
+    def writable(func: object, path: str, exc_info: object) -> None:
+        for p in (os.path.dirname(path), path):
+            if os.path.abspath(p).startswith(top + os.sep) or os.path.abspath(p) == top:
+                with contextlib.suppress(OSError):
+                    if stat.S_ISDIR(os.lstat(p).st_mode):
+                        os.chmod(p, 0o700)
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+
+    shutil.rmtree(top, onerror=writable)
 
 
 class Workspace:

@@ -28,7 +28,7 @@ from rsi_env.engine.safe_io import ECHO_MAX, load_yaml, read_text, shorten
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import UnsafeFileError, WorkloadError, YamlError
 from rsi_env.sandbox import EditError, Workspace
-from rsi_env.sandbox.workspace import MAX_FILE_BYTES
+from rsi_env.sandbox.workspace import MAX_FILE_BYTES, remove_tree
 
 DEADLINE_S = 20
 
@@ -373,3 +373,18 @@ def test_a_link_loop_is_refused(env: Any) -> None:
         obs, *_ = timed_step(env, action)
         assert "refused" in obs["text"]
     still_usable(env)
+
+
+def test_removing_a_workspace_never_changes_the_folder_that_holds_it(tmp_path: Path) -> None:
+    """A workspace already gone (a second close) or made unreadable by the agent (``chmod 0 .``) is removed without
+    touching the folder above it: on a host that folder is /tmp, and closing it to others breaks every sandbox."""
+    holder = tmp_path / "holder"
+    holder.mkdir()
+    holder.chmod(0o755)
+    remove_tree(holder / "gone")
+    root = holder / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "f").write_text("x")
+    root.chmod(0)
+    remove_tree(root)
+    assert not root.exists() and stat.S_IMODE(holder.stat().st_mode) == 0o755
