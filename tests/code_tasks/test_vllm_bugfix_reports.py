@@ -1,18 +1,24 @@
 """RSI/VLLMBugFix-v0's judging of an engine report, which a process running the agent's code wrote (no engine here).
 
-The agent's module runs in the harness's process, so the report it leaves can be anything: a key missing, a list of
-the wrong length, a string where a number was. Whatever it holds, the hidden checks (`checks.judge`) and the
-bench (`tier.judge_bench`) answer without raising, the checks pass only where every number they read equals the
-clean engine's, and a bench never pays more than the clean engine's rate (its verified 100 % only where the
-schedule's numbers equal the clean engine's). The clean report here is a stand-in built from the job, the shape the
-harness writes: these tests are of the judging code, not of vLLM.
+The agent's module runs in the harness's process, so what that process tells the supervisor can be anything: a key
+missing, a list of the wrong length, a string where a number was. Whatever it holds, the hidden checks
+(`checks.judge`) and the bench (`tier.judge_bench`) answer without raising, the checks pass only where every number
+they read equals the clean engine's, and a bench never pays more than the clean engine's rate (its verified 100 %
+only where the schedule's numbers equal the clean engine's). The clean report here is a stand-in built from the job,
+the shape the harness writes: these tests are of the judging code, not of vLLM. The engine time both read is
+the supervisor's (``measured``): the times the engine's process reports move no rate, and a report is read
+only under the supervisor's signature.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
+import json
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +27,7 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.workload import Workload
 from rsi_env.tasks.vllm_bugfix.checks import CHECK_NAMES, hidden_job, judge
 from rsi_env.tasks.vllm_bugfix.env import BENCH_REPS, WORKLOAD_DIR
-from rsi_env.tasks.vllm_bugfix.runs import EngineRun, job_for
+from rsi_env.tasks.vllm_bugfix.runs import EngineRun, job_for, read_report
 from rsi_env.tasks.vllm_bugfix.tier import UNVERIFIED_RATE, judge_bench
 
 SAME = ("tokens", "steps", "preemptions", "prefix_hits", "prefix_queries")
@@ -35,7 +41,7 @@ JUNK = st.one_of(st.none(), st.booleans(), st.integers(-10**9, 10**9), st.floats
 
 def clean_report(job: dict[str, Any]) -> dict[str, Any]:
     """A report of the harness's shape for ``job``: every request served, its numbers made up but consistent."""
-    phases = {}
+    phases, measured = {}, {}
     for ph in job["phases"]:
         reps = []
         for k, requests in enumerate(ph["reps"]):
@@ -47,7 +53,9 @@ def clean_report(job: dict[str, Any]) -> dict[str, Any]:
                          "step_cpu": [0.04] * steps, "step_wall": [0.05] * steps,
                          "preemptions": float(k), "prefix_hits": 32.0 * k, "prefix_queries": 96.0})
         phases[ph["name"]] = reps
-    return {"vllm_version": "0.32.0", "device": "cpu", "startup_s": 1.0, "phases": phases, "free_blocks": 63,
+        measured[ph["name"]] = [{"cpu_s": r["cpu_s"] + 0.01, "wall_s": r["wall_s"] + 0.01} for r in reps]
+    return {"vllm_version": "0.32.0", "device": "cpu", "startup_s": 1.0, "phases": phases, "measured": measured,
+            "free_blocks": 63,
             "num_blocks": 64, "resolved": {"max_num_seqs": 8, "block_size": 32, "num_gpu_blocks": 64}}
 
 
@@ -132,3 +140,41 @@ def test_a_report_whose_times_are_not_one_per_request_is_a_failed_workload():
     res = judge_bench(EngineRun(got), CLEAN_BENCH, WORKLOADS, CPU)
     assert not res.telemetry[0].ok and "malformed" in (res.telemetry[0].error or "")
     assert res.telemetry[1].ok and res.telemetry[2].ok
+
+
+def _scaled(report: dict[str, Any], reported: float, measured: float) -> dict[str, Any]:
+    """``report`` with every time the engine's process reports times ``reported``, the supervisor's times ``measured``."""
+    out = copy.deepcopy(report)
+    for reps in out["phases"].values():
+        for r in reps:
+            r["cpu_s"], r["wall_s"] = r["cpu_s"] * reported, r["wall_s"] * reported
+            r["step_cpu"] = [t * reported for t in r["step_cpu"]]
+            r["step_wall"] = [t * reported for t in r["step_wall"]]
+    for times in out["measured"].values():
+        for m in times:
+            m["cpu_s"], m["wall_s"] = m["cpu_s"] * measured, m["wall_s"] * measured
+    return out
+
+
+def test_throughput_reads_the_supervisors_times_never_the_reported_ones():
+    slow_but_clean_looking = _scaled(CLEAN_HIDDEN, reported=0.5, measured=3.0)
+    res = {c.name: c for c in judge(EngineRun(slow_but_clean_looking), CLEAN_HIDDEN, HIDDEN)}
+    assert not res["throughput"].ok and res["throughput"].reason.startswith("0.33x"), res["throughput"]
+    assert all(c.ok for n, c in res.items() if n != "throughput")
+    fast_but_slow_looking = _scaled(CLEAN_HIDDEN, reported=10.0, measured=1.0)
+    assert all(c.ok for c in judge(EngineRun(fast_but_slow_looking), CLEAN_HIDDEN, HIDDEN))
+    bench = judge_bench(EngineRun(_scaled(CLEAN_BENCH, reported=0.5, measured=2.0)), CLEAN_BENCH, WORKLOADS, CPU)
+    for t, c in zip(bench.telemetry, bench.clean, strict=True):
+        assert t.out_tok_per_s == pytest.approx(c.out_tok_per_s / 2)
+
+
+def test_a_report_is_read_only_under_the_supervisors_signature():
+    secret = "ab" * 32
+    text = json.dumps(CLEAN_HIDDEN, sort_keys=True)
+    mac = hmac.new(bytes.fromhex(secret), text.encode(), hashlib.sha256).hexdigest()
+    assert read_report(json.dumps({"body": text, "mac": mac}).encode(), secret).out == CLEAN_HIDDEN
+    for forged in (json.dumps(CLEAN_HIDDEN), json.dumps({"body": text, "mac": "0" * 64}),
+                   json.dumps({"body": text.replace("0.01", "0.02"), "mac": mac}), "not json"):
+        run = read_report(forged.encode(), secret)
+        assert run.out == {} and "signature" in (run.error or ""), run
+    assert "left no report" in (read_report(None, secret, "the log", "exit 1").error or "")

@@ -16,15 +16,23 @@ same job on the installed vLLM as it is, with the task's clean deployment, is th
 - ``preemptions``: vLLM's preemption counter equals the clean engine's in every phase;
 - ``KV blocks free``: once every request finished, vLLM's block pool holds as many free blocks as the
   clean engine's;
-- ``throughput``: on the throughput phase, the engine takes the clean engine's number of steps and makes
-  at least `THROUGHPUT_FLOOR` of its output tokens per engine-second (over its repetitions, step by
-  step, `rsi_env.tasks.vllm_bugfix.runs.phase_seconds`; CPU seconds on a CPU build). A shortfall is
-  measured again, a fresh clean run beside a second run of the workspace (a co-tenant moves a run's CPU
-  time by up to ~10 % on a shared host), and passes if the workspace clears the bar against either clean run.
+- ``throughput``: on the throughput phase, the engine takes the clean engine's number of steps (as it
+  reports them) and makes at least `THROUGHPUT_FLOOR` of its output tokens per engine-second, the
+  engine-seconds being the supervisor's own measurement of each repetition (its fastest one,
+  `rsi_env.tasks.vllm_bugfix.runs.phase_seconds`; CPU seconds on a CPU build, wall on an accelerator).
+  A shortfall is measured again, a fresh clean run beside a second run of the workspace (a co-tenant
+  moves a run's CPU time by up to ~10 % on a shared host), and passes if the workspace clears the bar
+  against either clean run.
 
-Everything the engine reports comes from a process that ran the agent's code, so nothing it says is
-believed on its own: each number must equal the clean engine's on requests the agent never saw, and
-the reasons name what differs, never the clean values.
+What is believed: a report comes back only under the supervisor's HMAC (`rsi_env.tasks.vllm_bugfix.runs.read_report`,
+refused otherwise), and its ``measured`` times are taken by the supervisor from outside the engine's
+process tree (`rsi_env.tasks.vllm_bugfix.supervisor`), so neither the agent's patched clocks nor a
+rewritten report move them. Everything else in it (tokens, steps, counters, the configuration, the KV
+blocks free) is what the engine's process, which ran the agent's code, told the supervisor: nothing of
+it is believed on its own, each number must equal the clean engine's on requests the agent never saw,
+and the reasons name what differs, never the clean values. Not covered: a bug that costs nothing in the
+engine's process tree (e.g. a stall the engine waits out asleep) slows wall time only, which a CPU build
+does not judge.
 """
 
 from __future__ import annotations
@@ -139,13 +147,13 @@ def _differing(got: Mapping[str, Any], clean: Mapping[str, Any], key: str) -> li
 
 
 def throughput_ratio(got: Mapping[str, Any], clean: Mapping[str, Any]) -> float | None:
-    """The throughput phase's output tokens per engine-second, the workspace's over the clean engine's (over
-    their repetitions, `phase_seconds`; the clean run's device decides what an engine-second is); None where it
-    cannot be read."""
+    """The throughput phase's output tokens per engine-second, the workspace's over the clean engine's (the
+    supervisor's times of their repetitions, `phase_seconds`; the clean run's device decides what an
+    engine-second is); None where it cannot be read."""
     name = _spec()["throughput_phase"]
     try:
         device = clean.get("device")
-        best = [phase_seconds(run["phases"][name], device) for run in (got, clean)]
+        best = [phase_seconds(run["measured"][name], device) for run in (got, clean)]
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):  # a report the agent's code wrote
         return None
     if not all(isinstance(b, float) and b > 0 for b in best):

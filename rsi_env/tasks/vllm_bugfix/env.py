@@ -93,8 +93,10 @@ class VLLMBugFixEnv(RsiEnv):
     counts at most the clean engine's rate on the same requests, and at most 97 % of it unless it was
     served exactly as the clean engine serves it (the same tokens, engine steps, preemptions and
     prefix-cache counters): the report is the word of a process that ran the agent's code. An
-    engine-second is a CPU second of the engine's one thread on a CPU build (co-tenants of a shared host
-    do not move it), a wall second on a GPU. Each measurement costs its workloads' seconds x 0.0002.
+    engine-second is a CPU second of the engine's process tree on a CPU build (co-tenants of a shared host
+    do not move it), a wall second on a GPU, as a trusted supervisor outside that tree measures each
+    repetition (never the engine's own clocks); a workload's rate takes its fastest repetition. Each
+    measurement costs its workloads' seconds x 0.0002.
     Binary, on submit, judged from a clean start: +1 if the workloads are untouched, every workload is
     served, and every hidden check passes on requests the agent never sees: the engine serves them with the
     workspace's ``engine_args.yaml``; its resolved configuration, every greedy token, vLLM's prefix-cache

@@ -43,7 +43,7 @@ from rsi_env.tasks.vllm_bugfix.checks import (
 )
 from rsi_env.tasks.vllm_bugfix.modules import installed_source, installed_version
 from rsi_env.tasks.vllm_bugfix.mutations import MUTATIONS_FILE, applicable, apply_mutations, load_mutations
-from rsi_env.tasks.vllm_bugfix.runs import ENGINE_ARGS, HARNESS
+from rsi_env.tasks.vllm_bugfix.runs import ENGINE_ARGS, harness_text
 
 __all__ = ["COMBOS", "INSTANCES_FILE", "Instance", "base_files", "build", "candidates",
            "catalogue_hash", "instance_for", "verified_table", "verify"]
@@ -98,9 +98,10 @@ def base_files(ids: Sequence[str]) -> dict[str, str]:
 
 
 def catalogue_hash() -> str:
-    """Hash of everything a verdict depends on: the installed modules' texts, operators, checks, harness, deployment."""
+    """Hash of everything a verdict depends on: the installed modules' texts, operators, checks, harness and
+    supervisor, deployment."""
     muts = load_mutations()
-    parts = [installed_version(), MUTATIONS_FILE.read_text(), CHECKS_FILE.read_text(), HARNESS.read_text(),
+    parts = [installed_version(), MUTATIONS_FILE.read_text(), CHECKS_FILE.read_text(), harness_text(),
              CLEAN_DEPLOYMENT.read_text()]
     parts += [installed_source(f) for f in sorted({m.file for m in muts.values()} - {ENGINE_ARGS})]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]

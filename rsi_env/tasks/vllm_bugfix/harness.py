@@ -1,22 +1,26 @@
 """Start the workspace's vLLM engine on a job of token-id requests and report what it did, as JSON.
 
-``python run_engine.py JOB.json OUT.json`` (the workspace's copy of this file; the hidden checks run
-this same text in a fresh sandbox). It imports nothing of rsi-env, only vLLM, PyYAML and the standard
-library, so that it runs wherever the installed vLLM does. The engine is vLLM's own ``LLM`` in this
-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), built from the job's model (a ``config.json`` with
-``load_format="dummy"``: the architecture's real speed, no weights) and the workspace's
-``engine_args.yaml`` (the deployment's engine arguments, vLLM's ``EngineArgs`` names). Where the sandbox
-shadows vLLM's modules with the workspace's copies, those are what runs.
+``python run_engine.py JOB.json OUT.json`` (the workspace's copy of this file) serves the whole job and
+writes its report. The hidden checks and the bench run this same text in a fresh sandbox as the engine's
+process of a trusted supervisor (`rsi_env.tasks.vllm_bugfix.supervisor`): ``python run_engine.py
+--serve`` serves one request at a time (`serve`), and the supervisor, outside its process tree, times
+each repetition itself; whatever this process says about time is not read there. It imports nothing of
+rsi-env, only vLLM, PyYAML and the standard library, so that it runs wherever the installed vLLM does.
+The engine is vLLM's own ``LLM`` in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), built from the
+job's model (a ``config.json`` with ``load_format="dummy"``: the architecture's real speed, no weights)
+and the workspace's ``engine_args.yaml`` (the deployment's engine arguments, vLLM's ``EngineArgs``
+names). Where the sandbox shadows vLLM's modules with the workspace's copies, those are what runs.
 
 A job is ``{"model_config": {...}, "phases": [{"name", "max_steps", "deadline_s", "reps"}, ...]}``, each
 repetition of a phase a list of requests ``[prompt token ids, max_tokens]``. A repetition adds its
 requests at once (greedy, exactly ``max_tokens`` tokens each) and steps the engine until every request
 finished, at most ``max_steps`` steps and ``deadline_s`` seconds (a stalled engine is reported, never
 waited for), after clearing the prefix cache. It reports each request's output tokens, first-token and
-finish times, the engine steps it took, its wall and CPU seconds (in all and per step), and what vLLM's
-own metrics counted meanwhile (preemptions, prefix-cache queries and hits). After the last phase the report
-gives the KV-cache blocks free in vLLM's block pool. Whatever fails (the engine refuses its arguments, runs out
-of memory, raises mid-phase) is reported with its traceback's tail as ``error``, with what ran before it.
+finish times, the engine steps it took, its wall and CPU seconds (in all and per step, by this process's
+clocks), and what vLLM's own metrics counted meanwhile (preemptions, prefix-cache queries and hits). After
+the last phase the report gives the KV-cache blocks free in vLLM's block pool. Whatever fails (the engine
+refuses its arguments, runs out of memory, raises mid-phase) is reported with its traceback's tail as
+``error``, with what ran before it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["blocks", "main", "run", "serve", "serve_rep", "start", "summary"]
 
 ENGINE_ARGS = "engine_args.yaml"
 # Engine arguments the harness sets itself: the model, its dummy weights, the seed, the statistics it reads.
@@ -152,16 +156,17 @@ def _run_phase(llm: Any, phase: dict[str, Any], rep: int, requests: list[list[An
             "finish": finish, "step_cpu": step_cpu, "step_wall": step_wall, **{k: after[k] - before[k] for k in after}}
 
 
-def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Every phase of ``job`` on a new engine; what failed is reported, never raised."""
+def start(job: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """A new engine for ``job``: the report's head (vLLM's version, the device, the start-up time, the resolved
+    configuration, or the ``error`` that stopped it) and the engine (None where it did not start)."""
     for k, v in _ENV.items():
         os.environ.setdefault(k, v)
-    out: dict[str, Any] = {"phases": {}}
+    out: dict[str, Any] = {}
     try:
         args = _engine_args()
     except Exception as exc:  # the deployment's arguments cannot be read
         out["error"] = _error("engine_args", exc)
-        return out
+        return out, None
     model = Path(tempfile.mkdtemp(prefix="rsi-model-"))
     (model / "config.json").write_text(json.dumps(job["model_config"]))
     t0 = time.perf_counter()
@@ -177,19 +182,39 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
                   disable_log_stats=False, **args)
     except BaseException as exc:  # a refusal, an out-of-memory, the workspace's module failing to import
         out["error"] = _error("start", exc)
-        return out
+        return out, None
     out["startup_s"] = time.perf_counter() - t0
     try:
         out["resolved"] = _resolved(llm)
     except Exception as exc:
         out["error"] = _error("resolved", exc)
+        return out, None
+    return out, llm
+
+
+def serve_rep(llm: Any, phase: dict[str, Any], rep: int) -> dict[str, Any]:
+    """Repetition ``rep`` of ``phase`` on an empty prefix cache: its report (raises what the engine raises)."""
+    llm.reset_prefix_cache()
+    return _run_phase(llm, phase, rep, phase["reps"][rep])
+
+
+def blocks(llm: Any) -> dict[str, int]:
+    """The KV-cache blocks free in vLLM's block pool, and their number (nothing where this vLLM keeps it elsewhere)."""
+    pool = _block_pool(llm)
+    return {} if pool is None else {"free_blocks": int(pool.get_num_free_blocks()), "num_blocks": int(pool.num_gpu_blocks)}
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    """Every phase of ``job`` on a new engine; what failed is reported, never raised."""
+    head, llm = start(job)
+    out: dict[str, Any] = {**head, "phases": {}}
+    if llm is None:
         return out
     for phase in job["phases"]:
         reps = []
-        for rep, requests in enumerate(phase["reps"]):
+        for rep in range(len(phase["reps"])):
             try:
-                llm.reset_prefix_cache()
-                reps.append(_run_phase(llm, phase, rep, requests))
+                reps.append(serve_rep(llm, phase, rep))
             except BaseException as exc:
                 out["phases"][phase["name"]] = reps
                 out["error"] = _error(f"phase {phase['name']}", exc)
@@ -197,11 +222,36 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             if reps[-1]["stalled"]:
                 break
         out["phases"][phase["name"]] = reps
-    pool = _block_pool(llm)
-    if pool is not None:
-        out["free_blocks"] = int(pool.get_num_free_blocks())
-        out["num_blocks"] = int(pool.num_gpu_blocks)
-    return out
+    return {**out, **blocks(llm)}
+
+
+def serve() -> int:
+    """The engine's process under the hidden checks' supervisor: one JSON request per line on stdin, one reply each.
+
+    Requests (each carries its ``turn``, which the reply repeats): ``start`` (``job``: start the engine; the
+    reply is the report's head), ``phase`` (``phase``, ``rep``: serve that repetition; the reply's ``rep`` is
+    its report, or ``error``), ``finish`` (the reply holds the KV blocks free). Replies go to a copy of the
+    original stdout; whatever else prints goes to stderr.
+    """
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    llm: Any = None
+    phases: dict[str, dict[str, Any]] = {}
+    while line := sys.stdin.readline():
+        req = json.loads(line)
+        reply: dict[str, Any]
+        if req["cmd"] == "start":
+            phases = {p["name"]: p for p in req["job"]["phases"]}
+            reply, llm = start(req["job"])
+        elif req["cmd"] == "phase":
+            try:
+                reply = {"rep": serve_rep(llm, phases[req["phase"]], int(req["rep"]))}
+            except BaseException as exc:
+                reply = {"error": _error(f"phase {req['phase']}", exc)}
+        else:
+            reply = blocks(llm)
+        replies.write(json.dumps({"turn": req["turn"], **reply}) + "\n")
+    return 0
 
 
 def summary(out: dict[str, Any]) -> str:
@@ -226,6 +276,8 @@ def summary(out: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:] == ["--serve"]:
+        return serve()
     if len(argv) < 2:
         print(f"usage: python {Path(argv[0]).name} JOB.json [OUT.json]", file=sys.stderr)
         return 2

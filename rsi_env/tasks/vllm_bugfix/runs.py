@@ -1,12 +1,17 @@
 """Running a VLLMBugFix workspace's engine: the job the harness serves, a fresh sandbox, the clean engine's run.
 
 `job_for` turns workloads into the harness's job (`rsi_env.tasks.vllm_bugfix.harness`: exact token ids,
-one phase per workload). `run_engine` runs the harness in a new sandbox over the given files, the
-installed vLLM shown with the workspace's copies of ``shadowed`` modules in place of its own
-(`rsi_env.tasks.vllm_bugfix.modules.shadow_profile`), and reads its JSON report back. `clean_run` is
-the same job on the installed vLLM as it is (trusted: the harness and vLLM's own modules, nothing of the
-agent's), remembered on disk per vLLM version, harness, job and deployment, under ``RSI_ENV_CACHE_DIR``
-(default ``~/.cache/rsi-env``), outside every workspace and every sandbox.
+one phase per workload). `run_engine` runs it in a new sandbox over the given files, the installed vLLM
+shown with the workspace's copies of ``shadowed`` modules in place of its own
+(`rsi_env.tasks.vllm_bugfix.modules.shadow_profile`): the trusted supervisor
+(`rsi_env.tasks.vllm_bugfix.supervisor`) starts the harness as the engine's process, serves the job one
+repetition at a time and times each from outside it; its report is believed only under the run's
+HMAC (`rsi_env.sandbox.signed.signed_body`). A report's ``measured`` (the supervisor's CPU and wall
+seconds per repetition) is the only engine time `engine_seconds` and `phase_seconds` read; the rest is
+the harness's word. `clean_run` is the same job on the installed vLLM as it is (the harness and vLLM's
+own modules, nothing of the agent's), through the same supervisor, remembered on disk per vLLM version,
+harness files (`harness_text`), job and deployment, under ``RSI_ENV_CACHE_DIR`` (default
+``~/.cache/rsi-env``), outside every workspace and every sandbox.
 
 Like the real tier's measurements, runs are not serialised here: callers that share a machine wrap their
 process in ``flock /tmp/rsi-vllm.lock`` (the tests do).
@@ -18,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,17 +32,22 @@ from typing import Any
 
 from rsi_env.engine.model import load_model
 from rsi_env.engine.workload import Workload
+from rsi_env.sandbox import isolation
 from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.deadline import untimed
 from rsi_env.sandbox.fresh import run_fresh
+from rsi_env.sandbox.signed import signed_body
 from rsi_env.tasks.vllm_bugfix import harness
 from rsi_env.tasks.vllm_bugfix.modules import installed_version, shadow_profile
 
-__all__ = ["DRIVER", "ENGINE_ARGS", "HARNESS", "MODEL", "EngineRun", "cache_dir", "clean_run", "engine_seconds",
-           "job_for", "phase_seconds", "run_engine"]
+__all__ = ["DRIVER", "ENGINE_ARGS", "HARNESS", "MODEL", "SUPERVISOR", "EngineRun", "cache_dir", "clean_run",
+           "engine_seconds", "harness_text", "job_for", "phase_seconds", "read_report", "run_engine"]
 
 HARNESS = Path(harness.__file__)
 DRIVER = "run_engine.py"  # the harness's name in a workspace and in every sandbox that runs it
+SUPERVISOR = HARNESS.with_name("supervisor.py")
+# What the sandbox of a run holds besides the workspace's files: the supervisor, what it imports, the harness.
+_SHIPPED = {"supervisor.py": SUPERVISOR, "isolation.py": Path(isolation.__file__), DRIVER: HARNESS}
 ENGINE_ARGS = harness.ENGINE_ARGS
 MODEL = "tiny-llama"
 TIMEOUT_S = 300.0
@@ -81,22 +92,23 @@ def job_for(workloads: Sequence[Workload], reps: Mapping[str, int] | None = None
     return {"model_config": model_config(), "phases": phases}
 
 
-def engine_seconds(rep: Mapping[str, Any], device: str | None) -> float:
-    """A repetition's engine time: its CPU seconds on a CPU build (one engine thread; what co-tenants of a shared
-    host do not move), its wall seconds on an accelerator (whose work is not this process's CPU time)."""
-    return float(rep["cpu_s"] if device == "cpu" else rep["wall_s"])
+def harness_text() -> str:
+    """The text of every file a run ships besides the workspace's (what a cached report depends on)."""
+    return "\0".join(f"{name}\0{path.read_text()}" for name, path in sorted(_SHIPPED.items()))
 
 
-def phase_seconds(reps: Sequence[Mapping[str, Any]], device: str | None) -> float:
-    """A phase's engine time over its repetitions: where they took the same number of steps, the sum over step
-    positions of the fastest repetition's time at that position (a co-tenant's burst slows some steps of some
-    repetitions, rarely the same step of all); else the fastest repetition's `engine_seconds`."""
-    key = "step_cpu" if device == "cpu" else "step_wall"
-    per_step: list[list[Any]] = [r[key] for r in reps if isinstance(r.get(key), list) and r[key]]
-    n = len(per_step[0]) if per_step else 0
-    if per_step and len(per_step) == len(reps) and all(len(s) == n for s in per_step):
-        return float(sum(min(float(s[k]) for s in per_step) for k in range(n)))
-    return min(engine_seconds(r, device) for r in reps)
+def engine_seconds(measured: Mapping[str, Any], device: str | None) -> float:
+    """A repetition's engine time as the supervisor measured it: CPU seconds on a CPU build (one engine thread;
+    what co-tenants of a shared host do not move), wall seconds on an accelerator (whose work is not CPU time)."""
+    return float(measured["cpu_s"] if device == "cpu" else measured["wall_s"])
+
+
+def phase_seconds(measured: Sequence[Mapping[str, Any]], device: str | None) -> float:
+    """A phase's engine time: its fastest repetition's `engine_seconds` (noise on a shared host only adds time).
+
+    ``measured`` is the report's ``measured[phase]``, the supervisor's own times, never the harness's.
+    """
+    return min(engine_seconds(m, device) for m in measured)
 
 
 def run_engine(files: Mapping[str, str], job: Mapping[str, Any], shadowed: Sequence[str], backend: str = "bubblewrap",
@@ -111,25 +123,32 @@ def run_engine(files: Mapping[str, str], job: Mapping[str, Any], shadowed: Seque
     if missing:
         return EngineRun(error=f"{missing} missing from the workspace (write them again with an edit, old='')")
     sent = {f: files[f] for f in (ENGINE_ARGS, *shadowed)}
-    sent |= {DRIVER: HARNESS.read_text(), "job.json": json.dumps(job)}
+    secret = secrets.token_hex(32)
+    sent |= {name: path.read_text() for name, path in _SHIPPED.items()}
+    sent["job.json"] = json.dumps({**job, "secret": secret})
     with untimed() if trusted else contextlib.nullcontext():
-        run = run_fresh(sent, f"{{python}} -s {DRIVER} job.json out.json > engine.log 2>&1; tail -c 4000 engine.log",
-                        backend=backend, timeout_s=timeout_s, max_output=8192, read=["out.json"], limits=LIMITS,
-                        profile=shadow_profile(shadowed))
-    res, raw = run.result, run.outputs.get("out.json")
+        run = run_fresh(sent, "exec {python} -I supervisor.py job.json out.json", backend=backend, timeout_s=timeout_s,
+                        max_output=8192, read=["out.json"], limits=LIMITS, profile=shadow_profile(shadowed))
+    res = run.result
     log = run.anonymous(res.output)[-4000:]
     if res.timed_out:
         return EngineRun(error=f"the engine did not finish {run.timeout_text()}", timed_out=True, log=log)
+    return read_report(run.outputs.get("out.json"), secret, log, res.error or f"exit {res.returncode}")
+
+
+def read_report(raw: bytes | None, secret: str, log: str = "", why: str = "") -> EngineRun:
+    """The supervisor's report ``raw`` as an `EngineRun`, believed only under its HMAC with ``secret``."""
     if raw is None:
-        why = res.error or f"exit {res.returncode}"
         return EngineRun(error=f"the engine left no report ({why}); its log ends:\n{log[-1500:]}", log=log)
     try:
-        out = json.loads(raw)
+        outer = json.loads(raw)
     except ValueError:
-        return EngineRun(error="the engine's report is not JSON (did the workspace's code write over it?)", log=log)
-    if not isinstance(out, dict):
-        return EngineRun(error="the engine's report is not a mapping", log=log)
-    return EngineRun(out, log=log)
+        outer = None
+    body = signed_body(outer, secret)
+    if body is None:
+        return EngineRun(error="the engine's report does not carry the supervisor's signature: something other "
+                               "than the supervisor wrote it (the engine's process must leave its files alone)", log=log)
+    return EngineRun(body, log=log)
 
 
 def cache_dir() -> Path:
@@ -143,7 +162,7 @@ def clean_run(job: Mapping[str, Any], engine_args: str, backend: str = "bubblewr
 
     A run that failed is not remembered (the clean engine failing is the machine's problem, not the job's).
     """
-    key = hashlib.sha256(json.dumps([installed_version(), HARNESS.read_text(), job, engine_args],
+    key = hashlib.sha256(json.dumps([installed_version(), harness_text(), job, engine_args],
                                     sort_keys=True).encode()).hexdigest()[:32]
     path = cache_dir() / f"clean-{key}.json"
     if path.is_file():

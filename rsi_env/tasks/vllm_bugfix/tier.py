@@ -3,13 +3,14 @@
 `EngineWorkspaceTier.measure_all` runs the harness on the workspace's ``engine_args.yaml`` and its copies
 of the instance's vLLM modules (`rsi_env.tasks.vllm_bugfix.runs.run_engine`), one phase per workload,
 and turns each phase into a `Telemetry` (`phase_telemetry`): latencies from the requests' own times,
-rates per engine-second (`rsi_env.tasks.vllm_bugfix.runs.phase_seconds`, over a phase's
-repetitions), preemptions and prefix-cache hits from vLLM's counters. The same job on the clean vLLM
-(`rsi_env.tasks.vllm_bugfix.runs.clean_run`) is measured beside it, and the report, which a process
-running the agent's code wrote, is held to it: a workload counts at most the clean engine's rate, and
-at most `UNVERIFIED_RATE` of it unless it was served exactly as the clean engine serves it (the same
-tokens, steps, preemptions and prefix-cache counters). Benches are remembered by file text (the
-instance's own starting files on disk, per vLLM version), except while ``fresh`` (a submission's).
+rates per engine-second (the supervisor's own times of a phase's repetitions,
+`rsi_env.tasks.vllm_bugfix.runs.phase_seconds`), preemptions and prefix-cache hits from vLLM's
+counters. The same job on the clean vLLM (`rsi_env.tasks.vllm_bugfix.runs.clean_run`) is measured
+beside it, and the rest of the report, which a process running the agent's code wrote, is held to it:
+a workload counts at most the clean engine's rate, and at most `UNVERIFIED_RATE` of it unless it was
+served exactly as the clean engine serves it (the same tokens, steps, preemptions and prefix-cache
+counters). Benches are remembered by file text (the instance's own starting files on disk, per vLLM
+version), except while ``fresh`` (a submission's).
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.tasks.vllm_bugfix.checks import clean_deployment, served
 from rsi_env.tasks.vllm_bugfix.harness import summary
 from rsi_env.tasks.vllm_bugfix.runs import (
-    HARNESS,
     TIMEOUT_S,
     EngineRun,
     cache_dir,
     clean_run,
     engine_seconds,
+    harness_text,
     job_for,
     phase_seconds,
     run_engine,
@@ -86,14 +87,17 @@ def _error_kind(run: EngineRun) -> str:
     return f"crash: {head}"
 
 
-def phase_telemetry(reps: Sequence[Mapping[str, Any]], w: Workload, device: str | None,
-                    resolved: Mapping[str, Any], hw: HardwareSpec) -> Telemetry:
-    """One workload's telemetry from its phase's repetitions (the fastest one, by engine time); `ValueError`,
-    `KeyError`, `TypeError` where the report does not describe the workload's requests."""
+def phase_telemetry(reps: Sequence[Mapping[str, Any]], measured: Sequence[Mapping[str, Any]], w: Workload,
+                    device: str | None, resolved: Mapping[str, Any], hw: HardwareSpec) -> Telemetry:
+    """One workload's telemetry from its phase's repetitions and the supervisor's times of each (``measured``):
+    rates from the fastest one's engine time, latencies and counters from its report; `ValueError`, `KeyError`,
+    `TypeError` where the report does not describe the workload's requests."""
     stalled = [r["stalled"] for r in reps if r.get("stalled")]
     if stalled or not reps:
         return Telemetry.failed(f"crash: stalled: {str(stalled[0])[:200]}" if stalled else "crash: not served")
-    best = min(reps, key=lambda r: engine_seconds(r, device))
+    if len(measured) != len(reps):
+        raise ValueError(f"{w.name}: {len(measured)} repetitions timed, {len(reps)} reported")
+    best = reps[min(range(len(reps)), key=lambda k: engine_seconds(measured[k], device))]
     trace = w.trace()
     first = np.array([math.nan if t is None else float(t) for t in best["first"]])
     finish = np.array([math.nan if t is None else float(t) for t in best["finish"]])
@@ -108,7 +112,7 @@ def phase_telemetry(reps: Sequence[Mapping[str, Any]], w: Workload, device: str 
                     prefix_cache_hit_rate=float(best["prefix_hits"]) / q if q else 0.0,
                     num_gpu_blocks=int(resolved.get("num_gpu_blocks") or 0),
                     mean_batch_size=float(np.sum(trace.output_len)) / max(int(best["steps"]), 1), tier="real")
-    secs = max(phase_seconds(reps, device), 1e-9)
+    secs = max(phase_seconds(measured, device), 1e-9)
     n, out_tok = len(trace), float(np.sum(trace.output_len))
     return replace(tel, req_per_s=n / secs, goodput_req_per_s=n / secs, out_tok_per_s=out_tok / secs,
                    total_tok_per_s=(out_tok + float(np.sum(trace.prompt_len))) / secs)
@@ -126,21 +130,24 @@ def judge_bench(got: EngineRun, clean_out: Mapping[str, Any], workloads: Sequenc
     wrong length, a string for a number), a workload it does not describe is a failed one, never an exception.
     """
     device = clean_out.get("device")
-    clean = [phase_telemetry(clean_out["phases"][w.name], w, device, clean_out["resolved"], hw) for w in workloads]
+    clean = [phase_telemetry(clean_out["phases"][w.name], clean_out["measured"][w.name], w, device,
+                             clean_out["resolved"], hw) for w in workloads]
     why = served(got)
     report = _summary(got.out)
     if why is not None and not got.out.get("phases"):
         return BenchResult([Telemetry.failed(_error_kind(got))] * len(workloads), clean, (report + "\n" + why).strip(),
                            [False] * len(workloads), got.timed_out)
     tels, verified = [], []
-    raw = got.out.get("phases")
+    raw, timed = got.out.get("phases"), got.out.get("measured")
     phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    times: dict[str, Any] = timed if isinstance(timed, dict) else {}
     resolved = got.out.get("resolved")
     for w, c in zip(workloads, clean, strict=True):
         got_reps = phases.get(w.name)
         reps: list[Any] = got_reps if isinstance(got_reps, list) else []
         try:
-            t = phase_telemetry(reps, w, device, resolved if isinstance(resolved, dict) else {}, hw)
+            t = phase_telemetry(reps, times.get(w.name) or [], w, device, resolved if isinstance(resolved, dict) else {},
+                                hw)
             same = _same(reps, clean_out["phases"][w.name])
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             t, same = Telemetry.failed("crash: the engine's report of this workload is malformed"), False
@@ -191,7 +198,7 @@ class EngineWorkspaceTier:
         files, shadowed = self.source()
         job = job_for(workloads, self.reps)
         key = files_hash({"files": json.dumps(files, sort_keys=True), "shadowed": ",".join(shadowed),
-                          "job": json.dumps(job), "backend": self.backend, "harness": HARNESS.read_text()})
+                          "job": json.dumps(job), "backend": self.backend, "harness": harness_text()})
         hit = None if self.fresh else self.cache.get(key)
         disk = cache_dir() / f"bench-{key[:32]}.json" if files == self.starting else None
         if hit is None and disk is not None and disk.is_file():
