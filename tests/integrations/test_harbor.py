@@ -16,6 +16,7 @@ import py_compile
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tomllib
 from dataclasses import dataclass, field
@@ -100,10 +101,12 @@ class Trial:
         for d in (self.site, self.logs, self.home):
             d.mkdir(parents=True)
         # The image's venv: this interpreter, the machine's packages (the sandbox binds the pinned ones), the .pth.
+        # Where this interpreter is itself a venv, --system-site-packages reaches only its base's packages: the
+        # .pth names this interpreter's site directory too, where the pinned packages are installed and bound.
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(self.venv)],
                        check=True)
         purelib = next(self.venv.glob("lib/python3*/site-packages"))
-        (purelib / "rsi_env.pth").write_text(SITE + "\n")
+        (purelib / "rsi_env.pth").write_text(f"{SITE}\n{sysconfig.get_paths()['purelib']}\n")
         with tarfile.open(self.task / "environment" / "rsi_env-public.tar.gz") as tar:
             tar.extractall(self.site, filter="data")
         shutil.copytree(self.task / "environment" / "workspace", self.workspace)
