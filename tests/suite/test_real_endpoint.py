@@ -136,13 +136,15 @@ def test_a_garbage_model_fails_every_instance_cleanly_and_the_report_is_written(
 
 
 def test_every_bound_stops_an_episode_played_against_vllm(vllm_chat: str, suite_file: Path):
-    """Requests, tokens, wall seconds, one request's time; and vLLM refusing a conversation past its context."""
+    """Requests, tokens and wall seconds; and vLLM refusing a conversation past its context.
+
+    One request's time is bounded in test_chat.py, against a server that never answers: against vLLM, a timeout
+    short enough to fire would race vLLM's own answers."""
     inst = load(str(suite_file)).get("opt-batching-test")
     endpoint = ChatEndpoint(vllm_chat, MODEL, timeout_s=60)
     cases = [(endpoint, ChatLimits(max_requests=2), "max_requests"),
              (endpoint, ChatLimits(max_tokens=1500), "max_tokens"),
              (endpoint, ChatLimits(max_seconds=0.5), "max_seconds"),
-             (ChatEndpoint(vllm_chat, MODEL, timeout_s=0.001), ChatLimits(), "endpoint: chat endpoint"),
              (endpoint, ChatLimits(max_requests=30, max_tokens=10**6), "endpoint: chat endpoint")]
     for client, limits, reason in cases:
         env = inst.make_env()
@@ -156,7 +158,5 @@ def test_every_bound_stops_an_episode_played_against_vllm(vllm_chat: str, suite_
         if limits.max_requests == 30:  # the conversation outgrew tiny-llama's 2048 tokens: vLLM said so
             assert "HTTP 400" in ep.ended_by and "maximum context length" in ep.ended_by, ep.ended_by
             assert ep.requests < 30 and ep.tokens > 2048
-        if client.timeout_s < 1:
-            assert "timed out" in ep.ended_by, ep.ended_by
     with urllib.request.urlopen(vllm_chat.removesuffix("/v1") + "/health", timeout=10) as resp:
         assert resp.status == 200  # the server took all of it and still answers
