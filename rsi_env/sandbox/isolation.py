@@ -62,11 +62,7 @@ def _all_stopped(pid: int) -> bool:
 
 
 class ProcessTree:
-    """The worker and everything it starts: stopped (SIGSTOP, every thread) and continued as one.
-
-    Its tree is every descendant of the process it runs in (orphans come back to a subreaper), so that process
-    must have started nothing but the worker: elsewhere `stop` and `kill` take its other children along.
-    """
+    """The worker and everything it starts: stopped (SIGSTOP, every thread) and continued as one."""
 
     def __init__(self, pid: int, what: str = "kernel") -> None:
         self.pid, self.stopped_pids, self.what = pid, {pid}, what

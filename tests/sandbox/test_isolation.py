@@ -5,8 +5,9 @@ one whose child ends unreaped into any count (its parent ignores SIGCHLD). The c
 worker's own clocks say, and nothing while the tree is stopped.
 
 The clock and the tree run in a driver process of their own that is the subreaper, as in the supervisor: they act on
-every descendant of the process they run in, and a pytest worker's descendants include whatever else it started (the
-session's dockerd, which `ProcessTree.kill` would take with the worker).
+every descendant of the process they run in, so that process must have started nothing but the worker. A pytest
+worker's descendants include whatever else it started (the session's dockerd, which `ProcessTree.kill` would take
+along).
 """
 
 from __future__ import annotations
