@@ -113,8 +113,13 @@ def _covered(path: str, roots: tuple[str, ...]) -> bool:
 
 @cache
 def site_dirs() -> tuple[str, ...]:
-    """Every Python site directory a command could import from: the interpreter's, the user's, the system's, and in
-    a venv its base interpreter's (whose prefix is bound for the standard library, site-packages and all)."""
+    """Every Python site directory a command could import from: the interpreter's, the user's, the system's, in a
+    venv its base interpreter's (whose prefix is bound for the standard library, site-packages and all), and the
+    folders their ``.pth`` files add (the interpreter in the sandbox reads the same files)."""
+    return tuple(sorted({*_base_site_dirs(), *_pth_folders()}))
+
+
+def _base_site_dirs() -> set[str]:
     base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
     found = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], base["purelib"], base["platlib"],
              *site.getsitepackages()}
@@ -122,7 +127,26 @@ def site_dirs() -> tuple[str, ...]:
     for root in ("/usr/lib", "/usr/local/lib", "/usr/lib64"):
         for d in Path(root).glob("python3*/*-packages"):
             found.add(str(d))
-    return tuple(sorted({_real(d) for d in found if Path(d).is_dir()}))
+    return {_real(d) for d in found if Path(d).is_dir()}
+
+
+def _pth_folders() -> dict[str, str]:
+    """The folders the ``.pth`` files of the site directories add to ``sys.path``, each with the file naming it (the
+    first), read as `site` reads them: a line is a folder relative to its site directory unless it is blank, a
+    comment or code (``import ...``)."""
+    out: dict[str, str] = {}
+    for site_dir in sorted(_base_site_dirs()):
+        for pth in sorted(Path(site_dir).glob("*.pth")):
+            try:
+                lines = pth.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                if line.strip() and not line.startswith(("#", "import ", "import\t")):
+                    folder = Path(site_dir) / line.rstrip()
+                    if folder.is_dir():
+                        out.setdefault(_real(folder), str(pth))
+    return out
 
 
 @cache
@@ -178,6 +202,9 @@ def distribution_dirs(packages: tuple[str, ...]) -> frozenset[str]:
         if dist is None:
             continue
         base = Path(str(dist.locate_file("")))
+        pth = _pth_folders().get(_real(base))
+        if pth is not None:  # the site directory is emptied in the sandbox: the file putting base on sys.path goes too
+            out.add(pth)
         for f in dist.files or ():
             if f.parts and f.parts[0] not in ("..", "/") and not f.parts[0].endswith(".pth"):
                 out.add(str((base / f.parts[0]).resolve()))

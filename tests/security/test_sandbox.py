@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import textwrap
 import uuid
@@ -141,6 +142,52 @@ def test_a_venv_under_tmp_runs_commands(tmp_path_factory: pytest.TempPathFactory
         assert f"$ exit 0\n{venv}" in out.stdout, out.stdout + out.stderr
     finally:
         shutil.rmtree(venv.parent, ignore_errors=True)
+
+
+_FAKE_DIST = ("Metadata-Version: 2.1\nName: {name}\nVersion: 0.0\n", "{module}/__init__.py,,\n")
+
+
+def test_packages_a_pth_file_adds_are_bound_as_the_profile_names_them():
+    """A venv whose packages live where a ``.pth`` file of its site directory points (the Harbor image's venv, laid
+    out by its test, or any site that extends ``sys.path`` so): the package the profile names is importable in the
+    sandbox, and another from the same folder is not (the allowlist holds there too)."""
+    root = Path(tempfile.mkdtemp(prefix="rsi-venv-"))
+    try:
+        venv, extra = root / "v", root / "extra"
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                       check=True, capture_output=True, timeout=120)
+        for module in ("rsi_fake_allowed", "rsi_fake_other"):
+            name = module.replace("_", "-")
+            (extra / module).mkdir(parents=True)
+            (extra / module / "__init__.py").write_text("")
+            info = extra / f"{module}-0.0.dist-info"
+            info.mkdir()
+            meta, record = _FAKE_DIST
+            (info / "METADATA").write_text(meta.format(name=name))
+            (info / "RECORD").write_text(record.format(module=module))
+        py = venv / "bin" / "python"
+        purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        # this interpreter's packages (rsi-env's requirements), as test_harbor's image venv reaches them; and extra
+        (Path(purelib) / "rsi_here.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        (Path(purelib) / "rsi_extra.pth").write_text(f"# a comment\n{extra}\n")
+        script = textwrap.dedent("""
+            import tempfile
+            from rsi_env.sandbox import make_sandbox
+            from rsi_env.sandbox.profile import Profile
+            with make_sandbox("bubblewrap", tempfile.mkdtemp(), profile=Profile(packages=("rsi-fake-allowed",))) as sb:
+                for module in ("rsi_fake_allowed", "rsi_fake_other"):
+                    r = sb.run(f"{sb.python} -c 'import {module}; print(\\"imported\\", \\"{module}\\")'")
+                    print(r.output.strip().splitlines()[-1])
+        """)
+        out = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=120,
+                             cwd=str(Path(rsi_env.__file__).resolve().parents[1]))
+        lines = out.stdout.splitlines()
+        assert len(lines) == 2, out.stdout + out.stderr
+        assert lines[0] == "imported rsi_fake_allowed", out.stdout + out.stderr
+        assert "No module named 'rsi_fake_other'" in lines[1], out.stdout + out.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_local_must_be_asked_for_and_says_it_contains_nothing(workspace: Path):
