@@ -85,7 +85,9 @@ def build_report(plan: EvalPlan, doc: dict[str, Any] | None = None,
         "rows": rows,
         "fidelity": {
             "promoted": len(cands), "measured_on_real": sum(x["measured"] for x in cands),
-            "failed_on_real": [x["name"] for x in cands if x["measured"] and not math.isfinite(x["real_score"])],
+            # a score needs the defaults' real row: without it a candidate's is undefined, not failed
+            "failed_on_real": [x["name"] for x in cands if x["measured"] and (
+                x["real_error"] or (d_real_tels is not None and not math.isfinite(x["real_score"])))],
             "mape_pct": mape(sim_obj, real_obj),
             "mape_metric_pct": mape(*_raw(cands, names, task.metric)),
             "spearman": spearman([x["sim_score"] for x in cands], [x["real_score"] for x in cands]),

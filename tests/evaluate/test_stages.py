@@ -201,3 +201,12 @@ def test_a_probe_needs_flags_or_a_policy(tmp_path):
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(RsiEnvError, match="with flags or a policy"):
         load_plan(tmp_path / "plan.yaml")
+
+
+def test_a_candidate_measured_without_the_defaults_has_no_score_and_has_not_failed(searched):
+    plan, doc = searched
+    run_promote(plan, only=["c1"])
+    rep = build_report(plan)
+    c1 = next(r for r in rep["rows"] if r["name"] == "c1")
+    assert c1["measured"] and math.isnan(c1["real_score"]) and c1["real_error"] is None
+    assert rep["fidelity"]["failed_on_real"] == [] and rep["fidelity"]["measured_on_real"] == 1
