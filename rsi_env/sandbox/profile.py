@@ -119,7 +119,8 @@ def site_dirs() -> tuple[str, ...]:
     return tuple(sorted({*_base_site_dirs(), *_pth_folders()}))
 
 
-def _base_site_dirs() -> set[str]:
+@cache
+def _base_site_dirs() -> frozenset[str]:
     base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
     found = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], base["purelib"], base["platlib"],
              *site.getsitepackages()}
@@ -127,9 +128,10 @@ def _base_site_dirs() -> set[str]:
     for root in ("/usr/lib", "/usr/local/lib", "/usr/lib64"):
         for d in Path(root).glob("python3*/*-packages"):
             found.add(str(d))
-    return {_real(d) for d in found if Path(d).is_dir()}
+    return frozenset(_real(d) for d in found if Path(d).is_dir())
 
 
+@cache
 def _pth_folders() -> dict[str, str]:
     """The folders the ``.pth`` files of the site directories add to ``sys.path``, each with the file naming it (the
     first), read as `site` reads them: a line is a folder relative to its site directory unless it is blank, a
