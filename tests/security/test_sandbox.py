@@ -123,13 +123,33 @@ def test_memory_is_capped_across_processes(sandbox: Sandbox):
     assert res.output.count("held") < 3, res.summary()  # 3 x 450 MiB cannot all live in 1 GiB
 
 
+def _venv(path: Path) -> Path:
+    """A venv at ``path`` over this interpreter's base (``--system-site-packages``, no pip); its Python."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
+                   check=True, capture_output=True, timeout=120)
+    return path / "bin" / "python"
+
+
+def _run_in(py: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by ``py`` from the project's root (rsi_env importable from its source)."""
+    return subprocess.run([str(py), "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=120,
+                          cwd=str(Path(rsi_env.__file__).resolve().parents[1]))
+
+
+def _fake_dist(folder: Path, module: str, name: str) -> None:
+    """An installed distribution ``name`` of one empty module in ``folder``: the module and its dist-info."""
+    (folder / module).mkdir(parents=True)
+    (folder / module / "__init__.py").write_text("")
+    info = folder / f"{module}-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0\n")
+    (info / "RECORD").write_text(f"{module}/__init__.py,,\n")
+
+
 def test_a_venv_under_tmp_runs_commands(tmp_path_factory: pytest.TempPathFactory):
     venv = Path(tempfile.mkdtemp(prefix="rsi-venv-")) / "v"
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                       check=True, capture_output=True, timeout=120)
-        py = venv / "bin" / "python"
-        script = textwrap.dedent("""
+        out = _run_in(_venv(venv), """
             import tempfile
             from rsi_env.sandbox import make_sandbox
             from rsi_env.sandbox.profile import Profile
@@ -137,14 +157,9 @@ def test_a_venv_under_tmp_runs_commands(tmp_path_factory: pytest.TempPathFactory
                 r = sb.run("{python} -c 'import sys, numpy; print(sys.prefix)'".replace("{python}", sb.python))
                 print(r.summary())
         """)
-        out = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=120,
-                             cwd=str(Path(rsi_env.__file__).resolve().parents[1]))
         assert f"$ exit 0\n{venv}" in out.stdout, out.stdout + out.stderr
     finally:
         shutil.rmtree(venv.parent, ignore_errors=True)
-
-
-_FAKE_DIST = ("Metadata-Version: 2.1\nName: {name}\nVersion: 0.0\n", "{module}/__init__.py,,\n")
 
 
 def test_packages_a_pth_file_adds_are_bound_as_the_profile_names_them():
@@ -153,25 +168,15 @@ def test_packages_a_pth_file_adds_are_bound_as_the_profile_names_them():
     sandbox, and another from the same folder is not (the allowlist holds there too)."""
     root = Path(tempfile.mkdtemp(prefix="rsi-venv-"))
     try:
-        venv, extra = root / "v", root / "extra"
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                       check=True, capture_output=True, timeout=120)
+        py, extra = _venv(root / "v"), root / "extra"
         for module in ("rsi_fake_allowed", "rsi_fake_other"):
-            name = module.replace("_", "-")
-            (extra / module).mkdir(parents=True)
-            (extra / module / "__init__.py").write_text("")
-            info = extra / f"{module}-0.0.dist-info"
-            info.mkdir()
-            meta, record = _FAKE_DIST
-            (info / "METADATA").write_text(meta.format(name=name))
-            (info / "RECORD").write_text(record.format(module=module))
-        py = venv / "bin" / "python"
+            _fake_dist(extra, module, module.replace("_", "-"))
         purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                  capture_output=True, text=True, check=True, timeout=60).stdout.strip()
         # this interpreter's packages (rsi-env's requirements), as test_harbor's image venv reaches them; and extra
         (Path(purelib) / "rsi_here.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         (Path(purelib) / "rsi_extra.pth").write_text(f"# a comment\n{extra}\n")
-        script = textwrap.dedent("""
+        out = _run_in(py, """
             import tempfile
             from rsi_env.sandbox import make_sandbox
             from rsi_env.sandbox.profile import Profile
@@ -180,8 +185,6 @@ def test_packages_a_pth_file_adds_are_bound_as_the_profile_names_them():
                     r = sb.run(f"{sb.python} -c 'import {module}; print(\\"imported\\", \\"{module}\\")'")
                     print(r.output.strip().splitlines()[-1])
         """)
-        out = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=120,
-                             cwd=str(Path(rsi_env.__file__).resolve().parents[1]))
         lines = out.stdout.splitlines()
         assert len(lines) == 2, out.stdout + out.stderr
         assert lines[0] == "imported rsi_fake_allowed", out.stdout + out.stderr
@@ -219,11 +222,7 @@ def test_packages_are_found_where_the_sandboxs_interpreter_finds_them(tmp_path: 
     from rsi_env.sandbox import profile
 
     vendored = tmp_path / "thirdparty_files"  # as Ray puts its own psutil first on sys.path once imported
-    (vendored / "numpy").mkdir(parents=True)
-    (vendored / "numpy" / "__init__.py").write_text("")
-    (vendored / "numpy-0.0.dist-info").mkdir()
-    (vendored / "numpy-0.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0\n")
-    (vendored / "numpy-0.0.dist-info" / "RECORD").write_text("numpy/__init__.py,,\n")
+    _fake_dist(vendored, "numpy", "numpy")
     monkeypatch.syspath_prepend(str(vendored))
     profile.distribution_dirs.cache_clear()
     try:
