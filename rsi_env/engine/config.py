@@ -18,7 +18,7 @@ from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.versions import CPU_DEFAULTS, get_version
 from rsi_env.errors import InvalidConfigError
 
-__all__ = ["FLAGS", "EngineConfig", "FlagSpec", "ResolvedConfig", "USAGE_CONTEXTS"]
+__all__ = ["FLAGS", "EngineConfig", "FlagSpec", "ResolvedConfig", "USAGE_CONTEXTS", "check_value", "refuse_unknown"]
 
 USAGE_CONTEXTS = ("server", "llm")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -87,9 +87,10 @@ FLAGS: dict[str, FlagSpec] = {s.name: s for s in (
 )}
 
 
-def _check(name: str, value: Any) -> Any:
-    """Validate one flag value; return it normalised (ints as int, lists as sorted tuples)."""
-    spec = FLAGS[name]
+def check_value(spec: FlagSpec, value: Any) -> Any:
+    """Validate one value of ``spec``'s flag by its kind and bounds; return it normalised (ints as int, lists as
+    sorted tuples). Shared by every engine's flag table; an engine's own extra rules wrap it."""
+    name = spec.name
     if value is None:
         return None
     if spec.kind == "bool":
@@ -116,15 +117,29 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidConfigError(name, value, spec.allowed())
         value = float(value)
-    lo, hi = spec.lo, spec.hi
-    if name == "gpu_memory_utilization":
+    if (spec.lo is not None and value < spec.lo) or (spec.hi is not None and value > spec.hi):
+        raise InvalidConfigError(name, value, spec.allowed())
+    return value
+
+
+def refuse_unknown(raw: dict[str, Any], table: dict[str, FlagSpec], words: str = "unknown engine flag") -> None:
+    """Refuse a flag that is not in ``table``: ``words`` (``{flag}`` filled in), then the closest known flags."""
+    for k in raw:
+        if k not in table:
+            close = difflib.get_close_matches(k, list(table), n=3)
+            hint = f"did you mean {close}?" if close else "unknown flag"
+            raise InvalidConfigError(k, raw[k], f"one of {sorted(table)}", f"{words.format(flag=k)}; {hint}")
+
+
+def _check(name: str, value: Any) -> Any:
+    """Validate one vLLM flag value (vLLM's own message for ``gpu_memory_utilization``)."""
+    if name == "gpu_memory_utilization" and value is not None and not isinstance(value, bool) and isinstance(
+            value, (int, float)):
         if not 0.0 < value <= 1.0:
             raise InvalidConfigError(name, value, "a float in (0, 1]", "Input should be greater than 0 and "
                                      "less than or equal to 1")
-        return value
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise InvalidConfigError(name, value, spec.allowed())
-    return value
+        return float(value)
+    return check_value(FLAGS[name], value)
 
 
 def _num_gpus(cfg: EngineConfig | ResolvedConfig) -> int:
@@ -165,11 +180,7 @@ class EngineConfig:
     def from_dict(cls, raw: dict[str, Any] | None) -> EngineConfig:
         """Build from ``{flag: value}``; an unknown flag is refused with the closest known names."""
         raw = dict(raw or {})
-        for k in raw:
-            if k not in FLAGS:
-                close = difflib.get_close_matches(k, list(FLAGS), n=3)
-                hint = f"did you mean {close}?" if close else "unknown flag"
-                raise InvalidConfigError(k, raw[k], f"one of {sorted(FLAGS)}", f"unknown engine flag; {hint}")
+        refuse_unknown(raw, FLAGS)
         return cls(**raw)
 
     def replace(self, **changes: Any) -> EngineConfig:

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
+from rsi_env.real.driver_inputs import model_folder, parse_assignments
 from rsi_env.real.host import CpuShares, cpu_probe_ms, host_info
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.profile_replay import profile_run, profiler_config
@@ -183,10 +183,7 @@ async def _main_async(args: argparse.Namespace) -> int:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     spec = load_model(args.model)
-    flags: dict[str, Any] = {}
-    for item in args.set:
-        k, _, v = item.partition("=")
-        flags[k] = yaml.safe_load(v)
+    flags = parse_assignments(args.set)
     unknown = [k for k in flags if k not in _PASS_THROUGH]
     if unknown:
         print(f"rsi-env-error: invalid_config: unknown engine flags {unknown}; known: {list(_PASS_THROUGH)}",
@@ -209,13 +206,7 @@ async def _main_async(args: argparse.Namespace) -> int:
     hw = load_hardware(args.hardware)
     num_gpus = int(flags.get("tensor_parallel_size", 1)) * int(flags.get("pipeline_parallel_size", 1)) * int(
         flags.get("data_parallel_size", 1))
-    tmp = Path(tempfile.mkdtemp(prefix="rsi-model-"))
-    (tmp / "config.json").write_text(json.dumps(spec.to_hf_config()))
-    load_format = "dummy"
-    if args.weights:  # real weights (e.g. a tiny model's seeded random ones, to compare outputs with a reference)
-        for ckpt in Path(args.weights).glob("*.safetensors"):
-            (tmp / ckpt.name).write_bytes(ckpt.read_bytes())
-        load_format = "safetensors"
+    tmp, load_format = model_folder(spec, args.weights)  # real weights: to compare outputs with a reference
     ctx = UsageContext.OPENAI_API_SERVER if args.usage_context == "server" else UsageContext.LLM_CLASS
     extra: dict[str, Any] = {}
     if "cudagraph_metrics" in have:  # each step's token count, padded size and CUDA-graph mode, for the step trace
