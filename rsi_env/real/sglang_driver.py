@@ -1,0 +1,259 @@
+"""Measure the real SGLang engine on workloads: one engine start, one config, several workloads.
+
+Run as its own process (``python -m rsi_env.real.sglang_driver``), as `rsi_env.real.vllm_driver` is for vLLM, with
+the same command line and the same one JSON line per workload in ``--out``, so `rsi_env.real.RealTier` reads both.
+It writes the model's ``config.json`` to a temporary folder (`rsi_env.real.driver_inputs`), starts SGLang's
+``Engine`` with ``load_format="dummy"``, ``skip_tokenizer_init=True``, the `SglangConfig` flags (``--set``) and any
+other ``ServerArgs`` passed through (``--server-arg``, e.g. ``attention_backend=triton``), warms it up
+(`rsi_env.real.warmup`), then sends each workload's exact token ids on its arrival schedule
+(`rsi_env.real.schedule`) with greedy sampling and exactly the trace's output length (``max_new_tokens`` =
+``min_new_tokens``, ``ignore_eos``), streaming to time arrival, first token and finish per request. Between
+workloads SGLang's cache is flushed (its radix tree emptied), as the vLLM driver resets its prefix cache.
+
+SGLang's own counters: per request, the final stream chunk's ``meta_info`` (``cached_tokens``, ``prompt_tokens``,
+``num_retractions``) gives the prefix-cache hit rate and the retractions (SGLang's preemptions); its Prometheus
+gauges (`rsi_env.real.sglang_metrics`: running and queued requests, KV pool use), sampled through the workload,
+give the mean batch and the KV peak; its counters are read before and after. The row records what the engine
+resolved (``resolved``: `rsi_env.real.sglang_args.resolved_flags`; ``server_args``: every field) and SGLang's
+version. Left out, and named in the row's ``unavailable``: the per-step trace and the profiled replay the vLLM
+driver adds (no SGLang counterpart is wired here), so the telemetry's ``profile`` is empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rsi_env.engine.hardware import load_hardware
+from rsi_env.engine.model import load_model
+from rsi_env.engine.sglang_config import SglangConfig
+from rsi_env.engine.telemetry import RequestTimings, summarize
+from rsi_env.engine.workload import SLO, Trace, Workload
+from rsi_env.errors import InvalidConfigError
+from rsi_env.real.driver_inputs import model_folder, parse_assignments
+from rsi_env.real.host import CpuShares, cpu_probe_ms, host_info
+from rsi_env.real.schedule import run_schedule
+from rsi_env.real.sglang_args import engine_kwargs, resolved_flags
+from rsi_env.real.sglang_metrics import gauge_summary, read_metrics
+from rsi_env.real.warmup import warmup_workloads
+
+__all__ = ["UNAVAILABLE", "main", "run_trace"]
+
+UNAVAILABLE = {
+    "steps": "no per-step trace: SGLang's scheduler keeps no per-step record the driver can read",
+    "profile": "not profiled: the SGLang driver runs no profiled replay",
+}
+SAMPLE_EVERY_S = 0.05
+
+
+def _counter_sums(metrics: Mapping[str, list[float]]) -> dict[str, float]:
+    return {k: float(sum(v)) for k, v in metrics.items()}
+
+
+async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: int = 0, min_tokens: bool = True,
+                    incremental: bool = False,
+                    metrics: Callable[[], Mapping[str, list[float]]] = read_metrics,
+                    ) -> tuple[RequestTimings, dict[str, Any]]:
+    """Send ``trace`` to ``engine`` (SGLang's ``Engine``: ``async_generate(..., stream=True)``) on its schedule.
+
+    Returns the requests' timings and SGLang's counters for it. ``incremental``: the engine streams each chunk's
+    new token ids only (``incremental_streaming_output``), else all of them so far. Raises `RuntimeError` when a
+    request was aborted or produced another number of tokens than asked.
+    """
+    n = len(trace)
+    prompts = [trace.prompt_token_ids(i, vocab) for i in range(n)]
+    arrival, first, finish = np.zeros(n), np.zeros(n), np.zeros(n)
+    produced = np.zeros(n, dtype=np.int64)
+    cached = np.zeros(n, dtype=np.int64)
+    prompt_seen = np.zeros(n, dtype=np.int64)
+    retractions = np.zeros(n, dtype=np.int64)
+    tokens: dict[int, list[int]] = {i: [] for i in range(min(record, n))}  # greedy outputs, for the output guard
+    samples: list[tuple[float, float, float]] = []
+    done = asyncio.Event()
+
+    async def one(i: int, t0: float) -> None:
+        out_len = int(trace.output_len[i])
+        sp = {"max_new_tokens": out_len, "min_new_tokens": out_len if min_tokens else 0, "ignore_eos": True,
+              "temperature": 0.0}
+        arrival[i] = time.perf_counter() - t0
+        stream = await engine.async_generate(input_ids=prompts[i], sampling_params=sp, stream=True, rid=f"{tag}-{i}")
+        async for chunk in stream:
+            meta = chunk.get("meta_info") or {}
+            k = int(meta.get("completion_tokens") or 0)  # cumulative in both streaming modes
+            if k and produced[i] == 0:
+                first[i] = time.perf_counter() - t0
+            produced[i] = k
+            if i in tokens and incremental:
+                tokens[i].extend(int(t) for t in chunk.get("output_ids") or [])
+            reason = meta.get("finish_reason")
+            if reason is None:
+                continue
+            finish[i] = time.perf_counter() - t0
+            if isinstance(reason, Mapping) and reason.get("type") == "abort":
+                raise RuntimeError(f"SGLang aborted request {tag}-{i}: {reason.get('message')}")
+            cached[i] = int(meta.get("cached_tokens") or 0)
+            prompt_seen[i] = int(meta.get("prompt_tokens") or 0)
+            retractions[i] = int(meta.get("num_retractions") or 0)
+            if i in tokens and not incremental:
+                tokens[i] = [int(t) for t in chunk.get("output_ids") or []]
+
+    async def sampler() -> None:
+        while not done.is_set():
+            samples.append(gauge_summary(await asyncio.to_thread(metrics)))
+            shares.sample(time.perf_counter() - t0)
+            await asyncio.sleep(SAMPLE_EVERY_S)
+
+    before = _counter_sums(metrics())
+    t0 = time.perf_counter()
+    shares = CpuShares()  # the host's CPU time through the workload, on the requests' clock
+    sampler_task = asyncio.create_task(sampler())
+    try:
+        await run_schedule(trace, one, t0)
+    finally:
+        done.set()
+        await sampler_task
+    shares.sample(time.perf_counter() - t0)
+    after = _counter_sums(metrics())
+    if not np.array_equal(produced, trace.output_len):
+        bad = int(np.sum(produced != trace.output_len))
+        raise RuntimeError(f"{bad} requests produced a different number of tokens than asked")
+    busy = [(r, q) for _, r, q in samples if r > 0]
+    counters = {
+        "num_preemptions": int(retractions.sum()),
+        "prefix_cache_queries": float(prompt_seen.sum()),
+        "prefix_cache_hits": float(cached.sum()),
+        "kv_cache_usage_peak": max((u for u, _, _ in samples), default=0.0),
+        "mean_running": float(np.mean([r for r, _ in busy])) if busy else 0.0,
+        "mean_queued": float(np.mean([q for _, q in busy])) if busy else 0.0,
+        "gauge_samples": len(samples),
+        "sglang_counters": {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)},
+        "output_token_ids": {str(i): t for i, t in tokens.items()},
+        "host_cpu": shares.summary(),
+    }
+    return RequestTimings(arrival, first, finish, trace.prompt_len, trace.output_len), counters
+
+
+def _flush(engine: Any, tries: int = 100) -> None:
+    """Empty SGLang's cache (its radix tree and KV pool); it refuses while a request is still pending, so retry."""
+    for _ in range(tries):
+        if getattr(engine.flush_cache(), "success", True):
+            return
+        time.sleep(0.05)
+    raise RuntimeError("SGLang did not flush its cache: requests were still pending after the workload")
+
+
+def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dict[str, Any], startup: float,
+             host: dict[str, Any], version: str) -> None:
+    """Warm up, then measure every workload and append its row to ``args.out``."""
+    spec, hw = load_model(args.model), load_hardware(args.hardware)
+    resolved = resolved_flags(info)
+    incremental = bool(resolved.get("incremental_streaming_output"))
+    run = engine.loop.run_until_complete
+    chunk = int(resolved.get("chunked_prefill_size") or -1)
+    budget = chunk if chunk > 0 else int(resolved.get("max_prefill_tokens") or 16384)
+    context = int(resolved.get("context_length") or spec.max_position_embeddings)
+    # Warm-up: first-use effects (kernel JIT per batch shape) stay out of the measurement.
+    for warm in warmup_workloads(budget, int(resolved.get("max_running_requests") or 256), context):
+        run(run_trace(engine, warm.trace(), spec.vocab_size, warm.name, min_tokens=args.min_tokens,
+                      incremental=incremental))
+    page = int(resolved.get("page_size") or 1)
+    for w in (Workload.from_yaml(p) for p in args.workload):
+        _flush(engine)
+        trace = w.trace()
+        probe_w = cpu_probe_ms()  # the CPU's state right before this workload, engine started and idle
+        t_w = time.perf_counter()
+        timings, c = run(run_trace(engine, trace, spec.vocab_size, w.name, record=args.record_tokens,
+                                   min_tokens=args.min_tokens, incremental=incremental))
+        c["cpu_probe_ms"] = probe_w
+        q = c["prefix_cache_queries"]
+        tel = summarize(
+            timings, slo=w.slo if args.slo_from_workload else SLO(), price_per_hour=hw.price_per_hour,
+            num_gpus=cfg.num_gpus, num_preemptions=c["num_preemptions"],
+            prefix_cache_hit_rate=c["prefix_cache_hits"] / q if q else 0.0,
+            kv_cache_usage_peak=c["kv_cache_usage_peak"],
+            num_gpu_blocks=int(resolved.get("max_total_num_tokens") or 0) // page,  # pages of the KV pool
+            mean_batch_size=c["mean_running"], tier="real", calibration=None,
+        )
+        row = {
+            "engine": "sglang", "model": args.model, "flags": cfg.to_dict(only_set=True),
+            "server_arg_overrides": parse_assignments(args.server_arg), "usage_context": None,
+            "resolved": resolved, "server_args": {k: v for k, v in info.items() if k != "internal_states"},
+            "workload": w.name, "workload_hash": w.content_hash, "workload_spec": w.to_dict(),
+            "sglang_version": version, "startup_s": startup, "wall_s": time.perf_counter() - t_w, "counters": c,
+            "telemetry": tel.to_dict(), "hardware": args.hardware, "host": host,
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "requests": {"arrival_s": timings.arrival.round(6).tolist(),
+                         "first_token_s": timings.first_token.round(6).tolist(),
+                         "finish_s": timings.finish.round(6).tolist()},
+            "min_tokens": args.min_tokens, "steps": None, "profile": {"error": UNAVAILABLE["profile"]},
+            "unavailable": UNAVAILABLE,
+        }
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+        print(json.dumps({"workload": w.name, "out_tok_per_s": tel.out_tok_per_s, "tpot_p50": tel.tpot_p50,
+                          "ttft_p50": tel.ttft_p50, "retractions": tel.num_preemptions,
+                          "prefix_cache_hit_rate": tel.prefix_cache_hit_rate}), flush=True)
+
+
+def _start(args: argparse.Namespace) -> int:
+    try:
+        cfg = SglangConfig.from_dict(parse_assignments(args.set))
+    except InvalidConfigError as exc:
+        print(f"rsi-env-error: invalid_config: {exc}", file=sys.stderr)
+        return 2
+    import sglang
+    from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.server_args import ServerArgs
+
+    have = {f.name for f in dataclasses.fields(ServerArgs)}
+    folder, load_format = model_folder(load_model(args.model), args.weights)
+    try:
+        try:
+            kwargs = engine_kwargs(cfg, parse_assignments(args.server_arg), have, model_path=str(folder),
+                                   load_format=load_format)
+        except InvalidConfigError as exc:
+            print(f"rsi-env-error: invalid_config: {exc}", file=sys.stderr)
+            return 2
+        probe = cpu_probe_ms()  # before the engine's processes start beside it (see vllm_driver)
+        t_start = time.perf_counter()
+        engine = Engine(**kwargs)
+        try:
+            startup = time.perf_counter() - t_start
+            info = engine.get_server_info()
+            print(json.dumps({"startup_s": startup, "resolved": resolved_flags(info)}, default=str), flush=True)
+            _measure(args, engine, cfg, info, startup, host_info(cpu_probe=probe), sglang.__version__)
+        finally:
+            engine.shutdown()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="catalog id or path to a config.json")
+    p.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE", help="an SglangConfig flag")
+    p.add_argument("--server-arg", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any other ServerArgs field, passed through (e.g. attention_backend=triton)")
+    p.add_argument("--workload", action="append", required=True, help="workload YAML (repeatable)")
+    p.add_argument("--out", required=True, help="JSON-lines file to append results to")
+    p.add_argument("--hardware", default="h200")
+    p.add_argument("--slo-from-workload", action="store_true")
+    p.add_argument("--weights", help="a folder of *.safetensors to load instead of dummy weights")
+    p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
+    p.add_argument("--no-min-tokens", dest="min_tokens", action="store_false",
+                   help="ask each request's exact length with ignore_eos and max_new_tokens only")
+    return _start(p.parse_args(argv))
+
+
+if __name__ == "__main__":  # SGLang spawns its scheduler and detokenizer, which import this module again
+    sys.exit(main())
