@@ -61,14 +61,16 @@ def _counter_sums(metrics: Mapping[str, list[float]]) -> dict[str, float]:
 
 async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: int = 0, min_tokens: bool = True,
                     incremental: bool = False,
-                    metrics: Callable[[], Mapping[str, list[float]]] = read_metrics,
+                    metrics: Callable[[], Mapping[str, list[float]]] | None = None,
                     ) -> tuple[RequestTimings, dict[str, Any]]:
     """Send ``trace`` to ``engine`` (SGLang's ``Engine``: ``async_generate(..., stream=True)``) on its schedule.
 
     Returns the requests' timings and SGLang's counters for it. ``incremental``: the engine streams each chunk's
-    new token ids only (``incremental_streaming_output``), else all of them so far. Raises `RuntimeError` when a
-    request was aborted or produced another number of tokens than asked.
+    new token ids only (``incremental_streaming_output``), else all of them so far. ``metrics`` reads SGLang's
+    Prometheus samples (default `read_metrics`). Raises `RuntimeError` when a request was aborted or produced
+    another number of tokens than asked.
     """
+    read = metrics or read_metrics
     n = len(trace)
     prompts = [trace.prompt_token_ids(i, vocab) for i in range(n)]
     arrival, first, finish = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -108,11 +110,11 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
 
     async def sampler() -> None:
         while not done.is_set():
-            samples.append(gauge_summary(await asyncio.to_thread(metrics)))
+            samples.append(gauge_summary(await asyncio.to_thread(read)))
             shares.sample(time.perf_counter() - t0)
             await asyncio.sleep(SAMPLE_EVERY_S)
 
-    before = _counter_sums(metrics())
+    before = _counter_sums(read())
     t0 = time.perf_counter()
     shares = CpuShares()  # the host's CPU time through the workload, on the requests' clock
     sampler_task = asyncio.create_task(sampler())
@@ -122,7 +124,7 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
         done.set()
         await sampler_task
     shares.sample(time.perf_counter() - t0)
-    after = _counter_sums(metrics())
+    after = _counter_sums(read())
     if not np.array_equal(produced, trace.output_len):
         bad = int(np.sum(produced != trace.output_len))
         raise RuntimeError(f"{bad} requests produced a different number of tokens than asked")
