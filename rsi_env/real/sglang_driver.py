@@ -6,9 +6,11 @@ It writes the model's ``config.json`` to a temporary folder (`rsi_env.real.drive
 ``Engine`` with ``load_format="dummy"``, ``skip_tokenizer_init=True``, the `SglangConfig` flags (``--set``) and any
 other ``ServerArgs`` passed through (``--server-arg``, e.g. ``attention_backend=triton``), warms it up
 (`rsi_env.real.warmup`), then sends each workload's exact token ids on its arrival schedule
-(`rsi_env.real.schedule`) with greedy sampling and exactly the trace's output length (``max_new_tokens`` =
-``min_new_tokens``, ``ignore_eos``), streaming to time arrival, first token and finish per request. Between
-workloads SGLang's cache is flushed (its radix tree emptied), as the vLLM driver resets its prefix cache.
+(`rsi_env.real.schedule`) with greedy sampling and exactly the trace's output length (``max_new_tokens`` with
+``ignore_eos``: SGLang refuses ``min_new_tokens`` without a tokenizer, "min_new_tokens=N is unavailable when
+skip_tokenizer_init=True (requires tokenizer for eos_token_id)"; every request's count is checked), streaming to
+time arrival, first token and finish per request. Between workloads SGLang's cache is flushed (its radix tree
+emptied), as the vLLM driver resets its prefix cache.
 
 SGLang's own counters: per request, the final stream chunk's ``meta_info`` (``cached_tokens``, ``prompt_tokens``,
 ``num_retractions``) gives the prefix-cache hit rate and the retractions (SGLang's preemptions); its Prometheus
@@ -59,7 +61,7 @@ def _counter_sums(metrics: Mapping[str, list[float]]) -> dict[str, float]:
     return {k: float(sum(v)) for k, v in metrics.items()}
 
 
-async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: int = 0, min_tokens: bool = True,
+async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: int = 0,
                     incremental: bool = False,
                     metrics: Callable[[], Mapping[str, list[float]]] | None = None,
                     ) -> tuple[RequestTimings, dict[str, Any]]:
@@ -84,8 +86,7 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
 
     async def one(i: int, t0: float) -> None:
         out_len = int(trace.output_len[i])
-        sp = {"max_new_tokens": out_len, "min_new_tokens": out_len if min_tokens else 0, "ignore_eos": True,
-              "temperature": 0.0}
+        sp = {"max_new_tokens": out_len, "ignore_eos": True, "temperature": 0.0}
         arrival[i] = time.perf_counter() - t0
         stream = await engine.async_generate(input_ids=prompts[i], sampling_params=sp, stream=True, rid=f"{tag}-{i}")
         async for chunk in stream:
@@ -165,8 +166,7 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
     context = int(resolved.get("context_length") or spec.max_position_embeddings)
     # Warm-up: first-use effects (kernel JIT per batch shape) stay out of the measurement.
     for warm in warmup_workloads(budget, int(resolved.get("max_running_requests") or 256), context):
-        run(run_trace(engine, warm.trace(), spec.vocab_size, warm.name, min_tokens=args.min_tokens,
-                      incremental=incremental))
+        run(run_trace(engine, warm.trace(), spec.vocab_size, warm.name, incremental=incremental))
     page = int(resolved.get("page_size") or 1)
     for w in (Workload.from_yaml(p) for p in args.workload):
         _flush(engine)
@@ -174,7 +174,7 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
         probe_w = cpu_probe_ms()  # the CPU's state right before this workload, engine started and idle
         t_w = time.perf_counter()
         timings, c = run(run_trace(engine, trace, spec.vocab_size, w.name, record=args.record_tokens,
-                                   min_tokens=args.min_tokens, incremental=incremental))
+                                   incremental=incremental))
         c["cpu_probe_ms"] = probe_w
         q = c["prefix_cache_queries"]
         tel = summarize(
@@ -196,7 +196,7 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
             "requests": {"arrival_s": timings.arrival.round(6).tolist(),
                          "first_token_s": timings.first_token.round(6).tolist(),
                          "finish_s": timings.finish.round(6).tolist()},
-            "min_tokens": args.min_tokens, "steps": None, "profile": {"error": UNAVAILABLE["profile"]},
+            "min_tokens": False, "steps": None, "profile": {"error": UNAVAILABLE["profile"]},
             "unavailable": UNAVAILABLE,
         }
         with open(args.out, "a") as f:
@@ -252,8 +252,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slo-from-workload", action="store_true")
     p.add_argument("--weights", help="a folder of *.safetensors to load instead of dummy weights")
     p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
-    p.add_argument("--no-min-tokens", dest="min_tokens", action="store_false",
-                   help="ask each request's exact length with ignore_eos and max_new_tokens only")
     return _start(p.parse_args(argv))
 
 

@@ -94,6 +94,9 @@ class FakeEngine:
     async def async_generate(self, input_ids: list[int], sampling_params: dict[str, Any], stream: bool = False,
                              rid: str | None = None) -> Any:
         assert stream and self.server_args.skip_tokenizer_init
+        if int(sampling_params.get("min_new_tokens") or 0) > 0:  # SGLang 0.5.17's refusal, seen on the GPU
+            raise ValueError(f"min_new_tokens={sampling_params['min_new_tokens']} is unavailable when "
+                             "skip_tokenizer_init=True (requires tokenizer for eos_token_id).")
         self.calls.append({"rid": rid, "input_ids": list(input_ids), "sampling_params": dict(sampling_params)})
         cached = self._cached(list(input_ids))
         self.seen.append(list(input_ids))

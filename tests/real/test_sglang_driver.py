@@ -63,8 +63,7 @@ def test_every_request_goes_with_its_exact_tokens_and_greedy_exact_length_sampli
         call = by_rid[f"shared-{i}"]
         assert call["input_ids"] == trace.prompt_token_ids(i, 32000)
         n = int(trace.output_len[i])
-        assert call["sampling_params"] == {"max_new_tokens": n, "min_new_tokens": n, "ignore_eos": True,
-                                           "temperature": 0.0}
+        assert call["sampling_params"] == {"max_new_tokens": n, "ignore_eos": True, "temperature": 0.0}
     # Times on one clock: arrival <= first token <= finish, and the streamed tokens took their time.
     assert np.all(timings.arrival <= timings.first_token) and np.all(timings.first_token < timings.finish)
     assert np.all(timings.finish - timings.first_token >= (trace.output_len - 1) * engine.token_delay_s * 0.9)

@@ -9,6 +9,7 @@ left out. A debugging aid of the GPU recipe (tools/gpu/prepare_sglang.sh), not p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -30,10 +31,8 @@ def _dump(path: str) -> None:
 
 def _loop(path: str) -> None:
     while True:
-        try:
+        with contextlib.suppress(Exception):  # a record must never disturb the process it watches
             _dump(path)
-        except Exception:  # noqa: BLE001 - a record must never disturb the process it watches
-            pass
         threading.Event().wait(1.0)
 
 

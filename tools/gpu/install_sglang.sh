@@ -14,6 +14,7 @@ if [ ! -f /tmp/sgl-site/sglang/__init__.py ] && [ "$want" -gt 0 ] && [ "$have" -
     dist=$(basename "$w" | cut -d- -f1)
     python3 -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$dist" 2>/dev/null || missing="$missing $w"
   done
+  missing="$missing $(ls /tmp/sgl-site/wheels/force/*.whl 2>/dev/null | tr '\n' ' ')"
   [ -n "$missing" ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/sgl-site $missing
   echo "installed into /tmp/sgl-site:$(for w in $missing; do printf ' %s' "$(basename "$w" | cut -d- -f1,2)"; done)"
   rm -rf /tmp/sgl-site/wheels

@@ -8,11 +8,14 @@
 # - sgl_kernel/flash_ops.abi3.so (FlashAttention-3 for SGLang's default "fa3" attention backend on Hopper):
 #   1,123 MB, 342 MB compressed, six more calls. The engine runs with attention_backend="triton" instead.
 # - sgl_kernel/sm100/common_ops.abi3.so (Blackwell), flashmla_ops (DeepSeek MLA), infllm_ops, spatial_ops.
-# - sglang/multimodal_gen (diffusion), sglang/test, sglang/benchmark: not imported by the engine.
+# - sglang/multimodal_gen (diffusion), sglang/test, sglang/benchmark: not imported by the engine; the Rust HTTP
+#   server, gRPC and multimodal extensions (sglang/srt/{server,grpc,multimodal}/_core.so): the offline Engine
+#   serves no HTTP and no images.
 # - The declared dependencies that a dense or MoE dummy-weight model never imports on Hopper (flash-attn-4,
 #   tilelang, nvidia-cutlass-dsl, sgl-deep-gemm, quack-kernels, humming-kernels, helion, torchao, numba,
 #   llguidance, outlines, datasets, modelscope, ...): found by recording every import of a running engine
 #   (tools/gpu/import_log.py); see docs/sglang.md.
+# - zstandard (the HTTP server's request decompression). flashinfer stays: fp8_utils imports it unguarded.
 # - xgrammar is taken at 0.2.6 (1.2 MB) rather than SGLang's pin 0.2.1 (45 MB): at start SGLang imports only its
 #   StructuralTag type; grammar-constrained decoding is not measured here.
 set -euo pipefail
@@ -33,15 +36,19 @@ if [ ! -f "$work/sglang.tar.xz" ]; then
   rm -f "$work/x/sgl_kernel/flash_ops.abi3.so" "$work/x/sgl_kernel/flashmla_ops.abi3.so" \
         "$work/x/sgl_kernel"/infllm_ops.*.so "$work/x/sgl_kernel/spatial_ops.abi3.so"
   rm -rf "$work/x/sgl_kernel/sm100"
+  rm -f "$work/x/sglang/srt/server"/_core.*.so "$work/x/sglang/srt/grpc"/_core.*.so "$work/x/sglang/srt/multimodal"/_core.*.so
   plats=""; for n in 17 24 26 27 28 31 34 35 38 39; do plats="$plats --platform manylinux_2_${n}_x86_64"; done
   pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $plats \
     --platform manylinux2014_x86_64 -d "$work/deps" -r "$here/sglang-deps.txt"
-  mkdir -p "$work/x/wheels" && cp "$work"/deps/*.whl "$work/x/wheels/"
+  mkdir -p "$work/x/wheels/force" && cp "$work"/deps/*.whl "$work/x/wheels/"
+  for d in $(sed -n 's/^\([A-Za-z0-9_.-]*\)==.*# force.*/\1/p' "$here/sglang-deps.txt" | tr '-' '_'); do
+    mv "$work/x/wheels/$d"-*.whl "$work/x/wheels/force/"
+  done
   (cd "$work/x" && tar cf - .) | xz -T2 -6 > "$work/sglang.tar.xz"
 fi
 rm -rf .gpu/s[0-9]*
 rm -f "$work"/part.*
-split -b 58000000 -d "$work/sglang.tar.xz" "$work/part."
+split -b 61000000 -d "$work/sglang.tar.xz" "$work/part."
 n=$(ls "$work"/part.* | wc -l)
 i=0
 for p in "$work"/part.*; do

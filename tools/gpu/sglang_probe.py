@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         rng = np.random.default_rng(0)
         vocab = int(spec.to_hf_config().get("vocab_size", 32000))
         prompts = rng.integers(10, vocab - 10, size=(a.requests, a.prompt_len)).tolist()
-        sp = {"max_new_tokens": a.output_len, "min_new_tokens": a.output_len, "ignore_eos": True, "temperature": 0.0}
-        engine.generate(input_ids=prompts[:8], sampling_params={**sp, "max_new_tokens": 16, "min_new_tokens": 16})
+        # ignore_eos gives every request exactly max_new_tokens; SGLang refuses min_new_tokens without a tokenizer.
+        sp = {"max_new_tokens": a.output_len, "ignore_eos": True, "temperature": 0.0}
+        engine.generate(input_ids=prompts[:8], sampling_params={**sp, "max_new_tokens": 16})
         t0 = time.perf_counter()
         outs = engine.generate(input_ids=prompts, sampling_params=sp)
         wall = time.perf_counter() - t0
