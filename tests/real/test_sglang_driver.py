@@ -179,6 +179,17 @@ def test_the_driver_refuses_a_bad_flag_before_starting_sglang(tmp_path, capsys):
     assert rc == 2 and "rsi-env-error: invalid_config: schedule_policy='priority'" in capsys.readouterr().err
 
 
+def test_the_driver_refuses_another_card_than_the_rows_name_before_starting_sglang(tmp_path, fake_sglang, capsys,
+                                                                                   monkeypatch):
+    monkeypatch.setenv("FAKE_SGLANG_KWARGS", str(tmp_path / "kwargs.json"))
+    monkeypatch.setattr(sglang_driver, "host_info", lambda cpu_probe=None: {"gpus": ["NVIDIA H100 80GB HBM3"]})
+    rc = sglang_driver.main(["--model", "tiny-llama", "--out", str(tmp_path / "o"), "--workload", "x.yaml",
+                             "--hardware", "h200"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "rsi-env-error: wrong_hardware: rows for 'h200' asked" in err and "H100 80GB HBM3" in err
+    assert not (tmp_path / "kwargs.json").exists()  # no engine was started
+
+
 def test_the_multiprocess_prometheus_files_are_read_as_sglang_writes_them(tmp_path):
     """SGLang's metric classes are prometheus_client's own; a child process writes them as SGLang's scheduler does."""
     code = """if True:
