@@ -8,7 +8,7 @@ memory as ``oom: …``, a hang as ``timeout``, anything else as ``crash: <the er
 
 ``RealTier(engine="sglang")`` measures SGLang instead: configs are `rsi_env.engine.sglang_config.SglangConfig`,
 the driver is :mod:`rsi_env.real.sglang_driver` (same command line, same rows), ``engine_version`` is the installed
-SGLang's, and SGLang's refusals are classified in its own words too.
+SGLang's (``sglang-0.5.17``), and SGLang's refusals are classified in its own words too.
 
 ``RealTier.scheduled(keys)`` is the same tier running a scheduling policy's precomputed keys inside the
 engine (``RSI/Scheduler-v0``; `rsi_env.real.policy_scheduler`; vLLM only).
@@ -184,7 +184,11 @@ class RealTier:
         self.record_tokens = record_tokens
         self.extra_env = dict(env or {})
         self.usage_context = usage_context
-        self.engine_version = (installed_vllm_version() if engine == "vllm" else installed_sglang_version()) or "none"
+        if engine == "vllm":
+            self.engine_version = installed_vllm_version() or "none"
+        else:  # the store keys rows by engine_version: an SGLang release must never read as a vLLM one
+            sglang = installed_sglang_version()
+            self.engine_version = f"sglang-{sglang}" if sglang else "none"
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None  # the process group of the last measurement (all of it killed after)
         self.last_held_s: float | None = None  # how long the last engine ran (None: none started)

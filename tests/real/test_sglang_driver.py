@@ -238,6 +238,10 @@ def test_the_engine_choice_and_its_errors(monkeypatch):
     with pytest.raises(InvalidConfigError, match="runs no engine named 'tensorrt'"):
         RealTier(engine="tensorrt")
     assert RealTier().engine == "vllm"
+    # The store keys rows by engine_version (warm starts and calibration match "0.26" / "0.26.%"): SGLang's rows
+    # must never read as a vLLM release's (vLLM had 0.5.x releases too).
+    monkeypatch.setattr(tier, "installed_sglang_version", lambda: "0.5.17")
+    assert RealTier(engine="sglang").engine_version == "sglang-0.5.17"
     monkeypatch.setattr(tier, "installed_sglang_version", lambda: None)
     t = RealTier(engine="sglang")
     assert t.engine_version == "none"
@@ -265,7 +269,7 @@ def test_the_sglang_tier_runs_its_driver_with_the_config_and_reads_its_refusal(t
                       'echo "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." >&2\n'
                       "exit 1\n")
     t = RealTier(engine="sglang", python=py, engine_args={"attention_backend": "triton"}, timeout_s=60)
-    t.engine_version = "0.5.17"  # as if installed: the fake python stands in for the driver
+    t.engine_version = "sglang-0.5.17"  # as if installed: the fake python stands in for the driver
     [tel] = t.measure_all(SglangConfig(page_size=16, schedule_policy="lpm"), "tiny-llama", "h200", [BURST])
     assert tel.error == "invalid_config: Not enough memory. Please try to increase --mem-fraction-static."
     argv = (tmp_path / "argv").read_text().splitlines()
@@ -280,7 +284,7 @@ def test_the_sglang_tier_end_to_end_through_a_driver_process(tmp_path, fake_sgla
     """RealTier -> `python -m rsi_env.real.sglang_driver` (a real process) -> the fake SGLang -> rows -> Telemetry."""
     t = RealTier(engine="sglang", engine_args={"attention_backend": "triton"}, timeout_s=120,
                  env={"PYTHONPATH": str(fake_sglang), "FAKE_SGLANG_KWARGS": str(tmp_path / "kwargs.json")})
-    t.engine_version = sglang_fake.VERSION
+    t.engine_version = f"sglang-{sglang_fake.VERSION}"
     tels = t.measure_all(SglangConfig(chunked_prefill_size=512, max_running_requests=4), "tiny-llama", "h200",
                          [BURST, SHARED])
     assert [x.error for x in tels] == [None, None], tels
