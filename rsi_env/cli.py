@@ -55,15 +55,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    """``rsi-env bench --tier real|sim``: the same arguments and JSON as ``simulate``."""
+    """``rsi-env bench --tier real|sim|endpoint``: the same arguments and JSON as ``simulate``."""
     from rsi_env.engine.config import EngineConfig
     from rsi_env.engine.hardware import load_hardware
     from rsi_env.engine.model import load_model
     from rsi_env.engine.workload import load_workload
     from rsi_env.store.recorded import Recordable, Recorded
 
+    if args.tier != "real" and (args.engine != "vllm" or args.engine_arg):
+        raise RsiEnvError("--engine and --engine-arg choose the real tier's engine: use them with --tier real")
     if args.tier == "sim":
         return _cmd_simulate(args)
+    tier: Recordable
     if args.tier == "endpoint":
         from rsi_env.real.endpoint import EndpointTier
 
@@ -71,13 +74,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise RsiEnvError("--tier endpoint needs --url of a running OpenAI-compatible server")
         if args.set:
             raise RsiEnvError("an endpoint runs with its own engine flags: drop --set")
-        tier: Recordable = EndpointTier(args.url, timeout_s=args.timeout)
+        tier, cfg = EndpointTier(args.url, timeout_s=args.timeout), EngineConfig()
     else:
         from rsi_env.real.tier import RealTier
 
-        tier = RealTier(timeout_s=args.timeout, usage_context=args.usage_context)
-    tel = Recorded(tier).measure_all(EngineConfig.from_dict(_parse_sets(args.set)), load_model(args.model),
-                                     load_hardware(args.hardware), [load_workload(args.workload)])[0]
+        real = RealTier(timeout_s=args.timeout, usage_context=args.usage_context, engine=args.engine,
+                        engine_args=_parse_sets(args.engine_arg))
+        config = real.config(_parse_sets(args.set))
+        # The store records an SglangConfig as it does an EngineConfig (to_dict, num_gpus; the tier's engine_version
+        # says which engine); its signatures name vLLM's config only.
+        tier, cfg = real, config  # type: ignore[assignment]
+    tel = Recorded(tier).measure_all(cfg, load_model(args.model), load_hardware(args.hardware),
+                                     [load_workload(args.workload)])[0]
     return _report(tel, args.json)
 
 
@@ -199,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tier", choices=("real", "sim", "endpoint"), default="real")
     b.add_argument("--url", default=None, help="with --tier endpoint: a running server, e.g. http://127.0.0.1:8000")
     b.add_argument("--timeout", type=float, default=900.0, help="seconds before the engine is killed (real tier)")
+    b.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                   help="the real tier's engine: --set takes its own flags (SGLang's: docs/sglang.md)")
+    b.add_argument("--engine-arg", action="append", default=[], metavar="FIELD=VALUE",
+                   help="the engine's own argument outside the flag vocabulary, passed through (real tier), "
+                        "e.g. attention_backend=triton for SGLang")
     b.set_defaults(func=_cmd_bench)
 
     d = sub.add_parser("demo", help="a short search on an environment (sim tier): table and plot")

@@ -104,3 +104,21 @@ def test_import_stays_light():
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_bench_picks_the_real_tiers_engine_and_takes_its_flags(capsys, monkeypatch):
+    import rsi_env.real.tier as real_tier
+
+    monkeypatch.setattr(real_tier, "installed_sglang_version", lambda: None)
+    common = ["bench", "--model", "tiny-llama", "--hardware", "h200", "--workload", "many_small", "--json"]
+    # SGLang's flags, on an SGLang that is not installed here: the reason comes back as the telemetry's error.
+    rc = main([*common, "--tier", "real", "--engine", "sglang", "--set", "schedule_policy=lpm",
+               "--engine-arg", "attention_backend=triton"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 3 and out["error"].startswith("crash: SGLang is not installed here")  # 3: measured, failed
+    # vLLM's flags on the SGLang tier are refused in SGLang's words, before anything runs.
+    assert main([*common, "--tier", "real", "--engine", "sglang", "--set", "max_num_seqs=8"]) == 2
+    assert "unexpected keyword argument 'max_num_seqs'" in capsys.readouterr().err
+    # The engine is the real tier's choice only.
+    assert main([*common, "--tier", "sim", "--engine", "sglang"]) == 2
+    assert "use them with --tier real" in capsys.readouterr().err
