@@ -1,5 +1,10 @@
-"""The sim tier's model of SGLang 0.5.17's scheduler: RadixAttention's prefix cache, its schedule policies,
-new-token-ratio admission and retraction, chunked prefill, priced on the sim's own cost model.
+"""The sim tier's model of SGLang 0.5.17's scheduler, read from SGLang's source.
+
+RadixAttention's prefix cache (`radix`), the schedule policies (`policy`), new-token-ratio admission (`adder`,
+`token_ratio`) and retraction, chunked prefill (`scheduler`), the loop (`engine`) priced on the sim's cost model, and
+the entry point `simulate_sglang`, which returns the vLLM sim's `Telemetry`. Not yet behind the `Tier` seam.
 """
 
-__all__: list[str] = []
+from rsi_env.sim.sglang.simulate import simulate_sglang, simulate_sglang_detailed
+
+__all__ = ["simulate_sglang", "simulate_sglang_detailed"]

@@ -1,0 +1,143 @@
+"""`SglangEngineSim`: SGLang's scheduler loop over one trace, each forward pass priced by the sim's cost model.
+
+One iteration is SGLang's ``event_loop_overlap``: receive the requests that have arrived, pick the next batch
+(`SglangScheduler.next_batch`), run it (priced by `rsi_env.sim.cost.StepCost`), then process its result (tokens,
+finishes, the radix tree). Nothing to run: wait for the next arrival (``idle`` in the profile).
+
+SGLang's overlap scheduler prepares batch N+1 on the CPU while the GPU runs batch N; the cost model prices that as
+it prices vLLM's async scheduling (the slower side sets the step's time, `StepCost.combine`). Its other effect, a
+batch's results processed one pass late (a finished request still decoded once more, an arrival seen a pass later),
+is not modelled.
+
+The cost model's coefficients are the chip's vLLM calibration: SGLang's own are not fitted yet (one real SGLang row
+exists, a sanity check, no fit).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rsi_env.engine.profile import PARTS, Profile
+from rsi_env.engine.workload import Trace
+from rsi_env.sim.cost import StepCost
+from rsi_env.sim.sglang.request import Req
+from rsi_env.sim.sglang.scheduler import Batch, SglangScheduler
+
+__all__ = ["SglangEngineSim", "SglangResult", "make_requests"]
+
+
+@dataclass
+class SglangResult:
+    """Per-request timestamps and SGLang's counters of one simulated run."""
+
+    reqs: list[Req]
+    num_steps: int
+    num_prefill_steps: int
+    num_retractions: int
+    cached_tokens: int
+    prompt_tokens: int
+    usage_peak: float  # slots neither free nor evictable, as a fraction of the pool (SGLang's token usage)
+    busy_time: float
+    running_time_integral: float
+    profile: Profile = field(default_factory=Profile)
+
+
+def make_requests(trace: Trace, vocab_size: int) -> list[Req]:
+    """The trace's requests with their exact prompt ids and a seeded draw of output ids."""
+    lo = 10 if vocab_size > 100 else 0
+    out = []
+    for i in range(len(trace)):
+        prompt = tuple(trace.prompt_token_ids(i, vocab_size))
+        n_out = int(trace.output_len[i])
+        ids = np.random.default_rng([trace.seed, 3, i]).integers(lo, vocab_size, n_out)
+        out.append(Req(i, prompt, tuple(int(x) for x in ids), float(trace.arrival_s[i])))
+    return out
+
+
+class SglangEngineSim:
+    """One SGLang engine, one trace: :meth:`run` simulates until every request has finished."""
+
+    def __init__(self, scheduler: SglangScheduler, cost: StepCost, reqs: list[Req], closed_concurrency: int = 0,
+                 check_invariants: bool = False) -> None:
+        self.sched = scheduler
+        self.cost = cost
+        self.reqs = reqs
+        self.closed = closed_concurrency
+        self.check = check_invariants
+
+    def run(self) -> SglangResult:
+        reqs, n = self.reqs, len(self.reqs)
+        if self.closed:  # a closed-loop client sends its next request a front-end round trip after the last finished
+            for k, r in enumerate(reqs):
+                r.arrival = 0.0 if k < self.closed else math.inf
+            order = list(range(n))
+        else:
+            order = sorted(range(n), key=lambda k: reqs[k].arrival)
+        self.order, self.next_arr, self.issued = order, 0, min(self.closed, n) if self.closed else n
+        self.now = reqs[order[0]].arrival if n else 0.0
+        t_first = self.now
+        parts = [0.0] * len(PARTS)
+        busy = run_int = 0.0
+        steps = prefills = done = 0
+        usage_peak = 0
+        sched = self.sched
+        while done < n:
+            self._receive()
+            batch = sched.next_batch()
+            if batch is None:
+                if self.next_arr >= self.issued:
+                    raise RuntimeError(f"scheduler deadlock: {len(sched.waiting)} waiting, none can be scheduled")
+                t_arr = max(self.now, reqs[order[self.next_arr]].arrival)
+                parts[-1] += t_arr - max(self.now, t_first)
+                self.now = t_arr
+                continue
+            usage_peak = max(usage_peak, sched.used_tokens())
+            running = len(sched.running)
+            dt = self._price(batch, running, parts)
+            self.now += dt
+            busy += dt
+            run_int += dt * running
+            steps += 1
+            prefills += batch.is_prefill
+            for r in sched.process(batch):
+                if r.first_token != r.first_token:
+                    r.first_token = self.now
+            for r in sched.finished:
+                r.finish = self.now
+                done += 1
+                if self.closed and self.issued < n:
+                    reqs[order[self.issued]].arrival = self.now + self.cost.cal.frontend_s
+                    self.issued += 1
+            if self.check:
+                sched.check()
+        self.cost.engine_cpu_rest(parts, busy)
+        return SglangResult(
+            reqs=reqs, num_steps=steps, num_prefill_steps=prefills, num_retractions=sched.num_retractions,
+            cached_tokens=sum(max(r.cached_tokens, 0) for r in reqs),
+            prompt_tokens=sum(len(r.prompt) for r in reqs),
+            usage_peak=usage_peak / max(sched.pool.size, 1), busy_time=busy, running_time_integral=run_int,
+            profile=Profile(*parts))
+
+    def _receive(self) -> None:
+        """Requests that have arrived join the waiting queue, in arrival order."""
+        reqs, order = self.reqs, self.order
+        while self.next_arr < self.issued and reqs[order[self.next_arr]].arrival <= self.now:
+            self.sched.waiting.append(reqs[order[self.next_arr]])
+            self.next_arr += 1
+
+    def _price(self, batch: Batch, running: int, parts: list[float]) -> float:
+        """The pass's wall time on the cost model (its parts added to ``parts``)."""
+        cost = self.cost
+        if batch.is_prefill:
+            tokens = sum(r.extend for r in batch.reqs)
+            pairs = sum(cost.chunk_pairs(r.extend, r.kv) for r in batch.reqs)
+            ctx = float(sum(r.kv for r in batch.reqs))
+            new = sum(1 for r in batch.reqs if r.kv == r.prefix)
+            return cost.step_time(tokens, len(batch.reqs), running + len(batch.reqs), 0.0, pairs, ctx, False,
+                                  new, parts)
+        bs = len(batch.reqs)
+        ctx = float(sum(r.kv + 1 for r in batch.reqs))
+        return cost.step_time(bs, bs, bs, ctx, 0.0, 0.0, True, 0, parts)

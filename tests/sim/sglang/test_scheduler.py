@@ -1,0 +1,230 @@
+"""The SGLang sim's scheduler: policies, admission, chunked prefill, retraction, and the loop's conservation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rsi_env.engine import Workload
+from rsi_env.engine.hardware import load_hardware
+from rsi_env.engine.model import load_model
+from rsi_env.engine.sglang_config import SglangConfig
+from rsi_env.sim.calibration import load_calibration
+from rsi_env.sim.cost import StepCost
+from rsi_env.sim.sglang import simulate_sglang, simulate_sglang_detailed
+from rsi_env.sim.sglang.engine import SglangEngineSim, make_requests
+from rsi_env.sim.sglang.kv_pool import TokenPool
+from rsi_env.sim.sglang.policy import SchedulePolicy
+from rsi_env.sim.sglang.radix import RadixCache
+from rsi_env.sim.sglang.request import Req
+from rsi_env.sim.sglang.scheduler import SglangScheduler
+from rsi_env.sim.sglang.sizing import SglangPlan, plan_sglang
+
+MODEL, HW = "llama-3.1-8b", "h100-sxm"
+SMALL = Workload.from_dict({"name": "small", "seed": 5, "requests": 60, "prompt_tokens": {"dist": "uniform",
+                            "min": 16, "max": 200}, "output_tokens": {"dist": "uniform", "min": 4, "max": 90},
+                            "arrival": {"process": "poisson", "rate": 100}})
+SHARED = Workload.from_dict({"name": "shared", "seed": 9, "requests": 80, "prompt_tokens": 64, "output_tokens": 32,
+                             "shared_prefix": {"groups": 4, "tokens": 512}, "arrival": {"process": "poisson",
+                                                                                        "rate": 40}})
+
+
+def plan_for(cfg: SglangConfig, **changes) -> SglangPlan:
+    spec, hw = load_model(MODEL), load_hardware(HW)
+    return replace(plan_sglang(cfg, spec, hw, load_calibration(hw.name, "0.26")), **changes)
+
+
+def run_engine(cfg: SglangConfig, workload: Workload, **plan_changes):
+    """The loop on a plan whose pool or limits a test sets, checking slot conservation after every pass."""
+    spec, hw = load_model(MODEL), load_hardware(HW)
+    plan = plan_for(cfg, **plan_changes)
+    sched = SglangScheduler(cfg, plan)
+    cost = StepCost(spec, hw, plan.resolved, load_calibration(hw.name, "0.26"))
+    trace = workload.trace()
+    res = SglangEngineSim(sched, cost, make_requests(trace, spec.vocab_size), trace.closed_concurrency,
+                          check_invariants=True).run()
+    return res, sched
+
+
+def req(i: int, prompt: list[int], out: int = 4, arrival: float = 0.0) -> Req:
+    return Req(i, tuple(prompt), tuple(range(100, 100 + out)), arrival)
+
+
+# ---- policies --------------------------------------------------------------------------------------
+def cache_with(*prefixes: list[int]) -> RadixCache:
+    cache = RadixCache(TokenPool(10_000, 1))
+    for p in prefixes:
+        cache.insert(p)
+    return cache
+
+
+def test_lpm_orders_by_the_longest_cached_prefix():
+    cache = cache_with([1] * 40, [2] * 10)
+    queue = [req(0, [3] * 50), req(1, [2] * 50), req(2, [1] * 50)]
+    SchedulePolicy("lpm", cache).calc_priority(queue)
+    assert [r.i for r in queue] == [2, 1, 0]
+
+
+def test_lpm_holds_back_a_request_whose_prefix_an_earlier_one_will_compute():
+    cache = cache_with()
+    queue = [req(0, [7] * 60 + [1]), req(1, [7] * 60 + [2]), req(2, [8] * 10)]
+    SchedulePolicy("lpm", cache).calc_priority(queue)
+    assert [r.i for r in queue] == [0, 2, 1]  # request 1 shares 60 tokens with request 0: it waits for the cache
+
+
+def test_lpm_leaves_a_long_queue_as_it_stands():
+    cache = cache_with([1] * 40)
+    queue = [req(k, [2] * 8) for k in range(129)] + [req(129, [1] * 50)]
+    SchedulePolicy("lpm", cache).calc_priority(queue)
+    assert [r.i for r in queue] == list(range(130))
+
+
+def test_cache_aware_policies_fall_back_to_fcfs_without_the_cache():
+    assert SchedulePolicy("lpm", RadixCache(TokenPool(10, 1), disable=True)).policy == "fcfs"
+    assert SchedulePolicy("dfs-weight", RadixCache(TokenPool(10, 1), disable=True)).policy == "fcfs"
+
+
+def test_dfs_weight_walks_the_heavier_subtree_first():
+    cache = cache_with([1] * 8, [2] * 8)
+    queue = [req(0, [1] * 9), req(1, [2] * 9), req(2, [2] * 9), req(3, [5] * 9)]
+    SchedulePolicy("dfs-weight", cache).calc_priority(queue)
+    assert [r.i for r in queue] == [1, 2, 0, 3]  # [2]*8 holds two requests, [1]*8 one; no match goes last
+
+
+def test_lof_and_random():
+    queue = [req(0, [1], out=3), req(1, [1], out=9), req(2, [1], out=5)]
+    SchedulePolicy("lof", cache_with()).calc_priority(queue)
+    assert [r.i for r in queue] == [1, 2, 0]
+    orders = []
+    for seed in (0, 0, 1):
+        q = [req(k, [1]) for k in range(20)]
+        SchedulePolicy("random", cache_with(), seed).calc_priority(q)
+        orders.append([r.i for r in q])
+    assert orders[0] == orders[1] and sorted(orders[2]) == list(range(20))
+
+
+def test_lpm_admits_the_request_sharing_the_longest_cached_prefix_first():
+    """One request slot left: lpm gives it to the request whose prompt the cache holds most of; fcfs to the first."""
+    for policy, first in (("lpm", 2), ("fcfs", 0)):
+        cfg = SglangConfig(schedule_policy=policy)
+        sched = SglangScheduler(cfg, plan_for(cfg, max_running_requests=1))
+        warm = req(9, [5] * 300, out=1)
+        sched.waiting = [warm]
+        sched.process(sched.next_batch())  # finishes at once: its 300 tokens stay in the tree
+        sched.waiting = [req(0, [6] * 300), req(1, [5] * 100 + [6] * 200), req(2, [5] * 250 + [6] * 50)]
+        batch = sched.next_batch()
+        assert [r.i for r in batch.reqs] == [first]
+        sched.check()
+
+
+# ---- admission and chunked prefill -----------------------------------------------------------------
+def test_a_prompt_longer_than_the_chunk_is_prefilled_chunk_by_chunk():
+    cfg = SglangConfig(chunked_prefill_size=1024)
+    sched = SglangScheduler(cfg, plan_for(cfg))
+    long = req(0, list(range(10, 3010)), out=2)
+    sched.waiting = [long, req(1, [4] * 50)]
+    extends = []
+    while long.generated == 0:
+        batch = sched.next_batch()
+        extends.append([(r.i, r.extend) for r in batch.reqs])
+        sched.process(batch)
+        sched.check()
+    # The chunk is spent by the long prompt: the short one waits; the last chunk leaves room for it.
+    assert extends == [[(0, 1024)], [(0, 1024)], [(0, 952), (1, 50)]]
+    assert sched.cache.match_prefix(long.prompt)[0] == 3000  # its chunks, then its prompt, went into the tree
+
+
+def test_without_chunking_max_prefill_tokens_bounds_all_but_the_first_request():
+    cfg = SglangConfig(chunked_prefill_size=-1, max_prefill_tokens=1000)
+    sched = SglangScheduler(cfg, plan_for(cfg))
+    sched.waiting = [req(0, list(range(10, 2010))), req(1, [3] * 400), req(2, [4] * 400)]
+    assert [(r.i, r.extend) for r in sched.next_batch().reqs] == [(0, 2000)]
+    sched.waiting = [req(3, [5] * 400), req(4, [6] * 400), req(5, [7] * 400)]
+    assert [r.i for r in sched.next_batch().reqs] == [3, 4]
+
+
+def test_max_running_requests_caps_the_running_batch():
+    res, sched = run_engine(SglangConfig(), SMALL, max_running_requests=3)
+    assert all(r.generated == r.output_len for r in res.reqs)
+    assert res.running_time_integral / res.busy_time <= 3
+
+
+# ---- retraction --------------------------------------------------------------------------------------
+def test_a_pool_too_small_retracts_and_every_request_still_finishes():
+    burst = Workload.from_dict({"name": "b", "seed": 3, "requests": 40, "prompt_tokens": 32, "output_tokens": 120,
+                                "arrival": {"process": "burst"}})
+    cfg = SglangConfig(schedule_conservativeness=0.3)
+    res, sched = run_engine(cfg, burst, max_total_num_tokens=1500)
+    assert res.num_retractions > 0
+    assert sum(r.retractions for r in res.reqs) == res.num_retractions
+    assert all(r.generated == r.output_len for r in res.reqs)
+    assert not sched.running and not sched.waiting and sched.cache.protected_size == 0
+    assert sched.pool.available + sched.cache.total_size() == sched.pool.size
+
+
+def test_a_retraction_resets_the_new_token_ratio_from_the_kept_batch():
+    cfg = SglangConfig(schedule_conservativeness=0.3)
+    sched = SglangScheduler(cfg, plan_for(cfg, max_total_num_tokens=400))
+    sched.waiting = [req(k, [k + 10] * 60, out=200) for k in range(5)]
+    ratios = []
+    while sched.num_retractions == 0:
+        ratios.append(sched.ratio.current)
+        sched.process(sched.next_batch())
+        sched.check()
+    kept = sched.running
+    assert ratios[-1] < ratios[0] == sched.ratio.init  # decays while decode fits
+    # Set when the step was formed, before the step sampled one more token for each kept request.
+    decoded = sum(r.generated - 1 for r in kept)
+    expected = min(1.0, (decoded + 20 * len(kept)) / (sum(r.output_len for r in kept) + 1))
+    assert sched.ratio.current == pytest.approx(expected)
+    retracted = [r for r in sched.waiting if r.retractions]
+    assert retracted and all(r.kv == r.alloc == 0 for r in retracted)
+    assert max(r.generated for r in retracted) <= min(r.generated for r in kept)
+
+
+# ---- the whole run -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("flags", [{}, {"schedule_policy": "lpm"}, {"schedule_policy": "dfs-weight"},
+                                   {"schedule_policy": "lof"}, {"schedule_policy": "random"},
+                                   {"disable_radix_cache": True}, {"page_size": 16, "chunked_prefill_size": 512},
+                                   {"chunked_prefill_size": -1}])
+def test_every_request_produces_exactly_its_output_and_slots_are_conserved(flags):
+    for w in (SMALL, SHARED):
+        tel, plan, res = simulate_sglang_detailed(flags, MODEL, HW, w, check_invariants=True)
+        assert tel.ok and tel.tier == "sim", tel.error
+        assert [r.generated for r in res.reqs] == w.trace().output_len.tolist()
+        assert all(r.arrival <= r.first_token <= r.finish for r in res.reqs)
+
+
+def test_a_run_is_deterministic_under_its_seed():
+    for flags in ({}, {"schedule_policy": "random"}, {"schedule_policy": "lpm"}):
+        assert simulate_sglang(flags, MODEL, HW, SHARED).to_dict() == simulate_sglang(flags, MODEL, HW, SHARED).to_dict()
+
+
+def test_disabling_the_radix_cache_gives_no_hits():
+    on = simulate_sglang({}, MODEL, HW, SHARED)
+    off = simulate_sglang({"disable_radix_cache": True}, MODEL, HW, SHARED)
+    assert on.prefix_cache_hit_rate > 0.5  # 512 of 576 prompt tokens are one of 4 shared prefixes
+    assert off.prefix_cache_hit_rate == 0.0
+    assert on.ttft_p50 < off.ttft_p50
+
+
+def test_a_larger_chunk_lowers_the_ttft_of_a_long_prompt_under_no_load():
+    one = Workload.from_dict({"name": "one", "seed": 1, "requests": 1, "prompt_tokens": 16000, "output_tokens": 8})
+    ttft = {c: simulate_sglang({"chunked_prefill_size": c}, MODEL, HW, one).ttft_p50 for c in (1024, 4096, 16384)}
+    assert ttft[16384] < ttft[4096] < ttft[1024]
+
+
+def test_refusals_come_back_as_errors():
+    assert "invalid_config" in simulate_sglang({"schedule_policy": "nope"}, MODEL, HW, SMALL).error
+    assert "dp_size" in simulate_sglang({"dp_size": 2}, MODEL, HW, SMALL).error
+    low = simulate_sglang({"mem_fraction_static": 0.1}, MODEL, HW, SMALL)
+    assert not low.ok and "Loaded weights leave no GPU memory" in low.error
+
+
+def test_the_default_pool_is_sized_like_sglangs_on_an_h100():
+    # The real row (H100, Llama-3.1-8B): max_total_num_tokens 410,620, max_running_requests 2048, chunk 8192.
+    plan = plan_for(SglangConfig())
+    assert plan.chunked_prefill_size == 8192 and plan.max_running_requests == 2048
+    assert 0.82 <= plan.mem_fraction_static <= 0.84
+    assert abs(plan.max_total_num_tokens - 410_620) / 410_620 < 0.03
