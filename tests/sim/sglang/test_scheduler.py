@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rsi_env.engine import Workload
 from rsi_env.engine.hardware import load_hardware
@@ -228,3 +230,32 @@ def test_the_default_pool_is_sized_like_sglangs_on_an_h100():
     assert plan.chunked_prefill_size == 8192 and plan.max_running_requests == 2048
     assert 0.82 <= plan.mem_fraction_static <= 0.84
     assert abs(plan.max_total_num_tokens - 410_620) / 410_620 < 0.03
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 25), st.integers(1, 300), st.integers(1, 80), st.integers(0, 3), st.integers(0, 200),
+       st.sampled_from(["fcfs", "lpm", "dfs-weight", "lof", "random"]), st.sampled_from([1, 4, 16]),
+       st.sampled_from([-1, 64, 256]), st.sampled_from([0.3, 1.0, 2.0]), st.booleans(), st.integers(0, 3000),
+       st.sampled_from([None, 2, 8]))
+def test_any_small_run_finishes_every_request_exactly_and_leaks_nothing(
+        n, prompt, out, groups, prefix, policy, page, chunk, conservativeness, no_cache, spare, max_running):
+    """Random workloads on pools from just big enough to roomy: exact outputs, conserved slots, nothing left held."""
+    raw = {"name": "h", "seed": n + prompt, "requests": n, "prompt_tokens": {"dist": "uniform", "min": 1,
+           "max": prompt}, "output_tokens": {"dist": "uniform", "min": 1, "max": out},
+           "arrival": {"process": "poisson", "rate": 50}}
+    if groups and prefix:
+        raw["shared_prefix"] = {"groups": groups, "tokens": prefix}
+    w = Workload.from_dict(raw)
+    trace = w.trace()
+    pool = int((trace.prompt_len + trace.output_len).max()) + 2 * page + spare
+    cfg = SglangConfig(schedule_policy=policy, page_size=page, chunked_prefill_size=chunk,
+                       schedule_conservativeness=conservativeness, disable_radix_cache=no_cache)
+    changes = {"max_total_num_tokens": pool // page * page}
+    if max_running:
+        changes["max_running_requests"] = max_running
+    res, sched = run_engine(cfg, w, **changes)
+    assert [r.generated for r in res.reqs] == trace.output_len.tolist()
+    assert all(r.arrival <= r.first_token <= r.finish for r in res.reqs)
+    assert not sched.running and not sched.waiting and sched.chunked is None
+    assert sched.cache.protected_size == 0
+    assert sched.pool.available + sched.cache.total_size() == sched.pool.size
