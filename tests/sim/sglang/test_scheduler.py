@@ -259,3 +259,13 @@ def test_any_small_run_finishes_every_request_exactly_and_leaks_nothing(
     assert not sched.running and not sched.waiting and sched.chunked is None
     assert sched.cache.protected_size == 0
     assert sched.pool.available + sched.cache.total_size() == sched.pool.size
+
+
+def test_a_closed_loop_client_keeps_its_concurrency():
+    closed = Workload.from_dict({"name": "c", "seed": 1, "requests": 50, "prompt_tokens": 100, "output_tokens": 20,
+                                 "arrival": {"process": "closed", "concurrency": 4}})
+    tel, _, res = simulate_sglang_detailed({}, MODEL, HW, closed, check_invariants=True)
+    assert tel.ok and [r.generated for r in res.reqs] == [20] * 50
+    assert 0 < tel.mean_batch_size <= 4
+    starts = sorted(r.arrival for r in res.reqs)
+    assert starts[:4] == [0.0] * 4 and starts[4] > 0.0  # the fifth is sent when one of the first four finished
