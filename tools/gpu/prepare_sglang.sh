@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Prepare SGLang 0.5.17 (the release pinned to torch 2.11.0, the H200 machine's own torch) for a GPU machine that
-# reaches no package registry and takes at most 64 MiB a call: trimmed, xz-compressed, split into pieces of 58 MB.
-# Run here from the project's root. Output: .gpu/s1 .gpu/s2 ... (ignored by git) and .gpu/install_sglang.sh.
-# On the GPU machine, carry one piece per call and `source .gpu/install_sglang.sh` in each (see docs/sglang.md).
+# reaches no package registry and takes at most 64 MiB a call: trimmed, xz-compressed, split into pieces of at most
+# 61 MB. Run here from the project's root: `bash tools/gpu/prepare_sglang.sh [--fa3]`. Output: .gpu/s1 .gpu/s2 (ignored
+# by git), with --fa3 also .gpu/f1 ... (FlashAttention-3, SGLang's default attention on Hopper), and
+# .gpu/install_sglang.sh. On the GPU machine, carry one piece per call, back to back, and
+# `source .gpu/install_sglang.sh` in each (see docs/sglang.md).
 #
 # Left out, and why:
 # - sgl_kernel/flash_ops.abi3.so (FlashAttention-3 for SGLang's default "fa3" attention backend on Hopper):
-#   1,123 MB, 342 MB compressed, six more calls. The engine runs with attention_backend="triton" instead.
+#   1,123 MB; only with --fa3, in pieces of its own (.gpu/fN). Without it the engine needs
+#   attention_backend="triton" (SGLang's default stops: "Can not import FA3 in sgl_kernel").
 # - sgl_kernel/sm100/common_ops.abi3.so (Blackwell), flashmla_ops (DeepSeek MLA), infllm_ops, spatial_ops.
 # - sglang/multimodal_gen (diffusion), sglang/test, sglang/benchmark: not imported by the engine; the Rust HTTP
 #   server, gRPC and multimodal extensions (sglang/srt/{server,grpc,multimodal}/_core.so): the offline Engine
@@ -25,6 +28,7 @@ cd "$root"
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 work="${TMPDIR:-/tmp}/rsi-sglang-prep"
 mkdir -p "$work/dl" "$work/deps"
+fa3=0; [ "${1:-}" = "--fa3" ] && fa3=1
 if [ ! -f "$work/sglang.tar.xz" ]; then
   pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_34_x86_64 --platform manylinux2014_x86_64 \
@@ -55,5 +59,22 @@ for p in "$work"/part.*; do
   i=$((i + 1)); mkdir -p ".gpu/s$i"; mv "$p" ".gpu/s$i/sglang.tar.xz.$(basename "$p" | cut -d. -f2)"
   echo "$n" > ".gpu/s$i/pieces"
 done
+rm -rf .gpu/f[0-9]*
+if [ "$fa3" = 1 ]; then
+  if [ ! -f "$work/flash_ops.tar.xz" ]; then
+    rm -rf "$work/fa3" && mkdir -p "$work/fa3"
+    (cd "$work/fa3" && python3 -m zipfile -e "$work"/dl/sglang_kernel-0.4.5-*.whl . >/dev/null \
+      && tar cf - sgl_kernel/flash_ops.abi3.so) | xz -T2 -6 > "$work/flash_ops.tar.xz"
+    rm -rf "$work/fa3"
+  fi
+  rm -f "$work"/fpart.*
+  split -b 61000000 -d "$work/flash_ops.tar.xz" "$work/fpart."
+  n=$(ls "$work"/fpart.* | wc -l)
+  i=0
+  for p in "$work"/fpart.*; do
+    i=$((i + 1)); mkdir -p ".gpu/f$i"; mv "$p" ".gpu/f$i/flash_ops.tar.xz.$(basename "$p" | cut -d. -f2)"
+    echo "$n" > ".gpu/f$i/pieces"
+  done
+fi
 cp "$here/install_sglang.sh" "$here/import_log.py" .gpu/
-du -sh .gpu/s[0-9]*
+du -sh .gpu/s[0-9]* .gpu/f[0-9]* 2>/dev/null
