@@ -46,6 +46,13 @@ def _report(tel: Telemetry, as_json: bool) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.engine == "sglang":
+        from rsi_env.engine.sglang_config import SglangConfig
+        from rsi_env.sim.sglang import simulate_sglang
+
+        cfg = SglangConfig.from_dict(_parse_sets(args.set))  # refused here, as simulate refuses vLLM's flags
+        tel = simulate_sglang(cfg, args.model, args.hardware, args.workload, calibration=args.calibration)
+        return _report(tel, args.json)
     from rsi_env.sim import simulate
 
     tel = simulate(_parse_sets(args.set), args.model, args.hardware, args.workload,
@@ -62,8 +69,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rsi_env.engine.workload import load_workload
     from rsi_env.store.recorded import Recordable, Recorded
 
-    if args.tier != "real" and (args.engine != "vllm" or args.engine_arg):
-        raise RsiEnvError("--engine and --engine-arg choose the real tier's engine: use them with --tier real")
+    if args.tier == "endpoint" and args.engine != "vllm":
+        raise RsiEnvError("an endpoint is whichever engine serves it: drop --engine")
+    if args.tier != "real" and args.engine_arg:
+        raise RsiEnvError("--engine-arg passes the real engine's own arguments: use it with --tier real")
     if args.tier == "sim":
         return _cmd_simulate(args)
     tier: Recordable
@@ -185,6 +194,8 @@ def _measure_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--hardware", required=True, help="catalog id, e.g. h200")
     s.add_argument("--workload", required=True, help="workload YAML file or frozen workload name")
     s.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE", help="an engine flag (repeatable)")
+    s.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                   help="the engine measured or simulated: --set takes its own flags (SGLang's: docs/sglang.md)")
     s.add_argument("--engine-version", default="0.26", help="vLLM release the sim models (sim tier)")
     s.add_argument("--usage-context", default="server", choices=("server", "llm"))
     s.add_argument("--calibration", default=None, help="calibration YAML (default: the catalog's)")
@@ -207,8 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tier", choices=("real", "sim", "endpoint"), default="real")
     b.add_argument("--url", default=None, help="with --tier endpoint: a running server, e.g. http://127.0.0.1:8000")
     b.add_argument("--timeout", type=float, default=900.0, help="seconds before the engine is killed (real tier)")
-    b.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
-                   help="the real tier's engine: --set takes its own flags (SGLang's: docs/sglang.md)")
     b.add_argument("--engine-arg", action="append", default=[], metavar="FIELD=VALUE",
                    help="the engine's own argument outside the flag vocabulary, passed through (real tier), "
                         "e.g. attention_backend=triton for SGLang")

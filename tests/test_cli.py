@@ -119,6 +119,14 @@ def test_bench_picks_the_real_tiers_engine_and_takes_its_flags(capsys, monkeypat
     # vLLM's flags on the SGLang tier are refused in SGLang's words, before anything runs.
     assert main([*common, "--tier", "real", "--engine", "sglang", "--set", "max_num_seqs=8"]) == 2
     assert "unexpected keyword argument 'max_num_seqs'" in capsys.readouterr().err
-    # The engine is the real tier's choice only.
-    assert main([*common, "--tier", "sim", "--engine", "sglang"]) == 2
-    assert "use them with --tier real" in capsys.readouterr().err
+    # On the sim tier, SGLang's scheduler is simulated with SGLang's flags.
+    assert main([*common, "--tier", "sim", "--engine", "sglang", "--set", "schedule_policy=lpm"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["error"] is None and sim["tier"] == "sim" and sim["out_tok_per_s"] > 0
+    assert main(["simulate", *common[1:], "--engine", "sglang", "--set", "max_num_seqs=8"]) == 2
+    assert "unexpected keyword argument 'max_num_seqs'" in capsys.readouterr().err
+    # An endpoint is whichever engine serves it; --engine-arg is the real engine's.
+    assert main([*common, "--tier", "endpoint", "--url", "http://127.0.0.1:9", "--engine", "sglang"]) == 2
+    assert "drop --engine" in capsys.readouterr().err
+    assert main([*common, "--tier", "sim", "--engine-arg", "attention_backend=triton"]) == 2
+    assert "use it with --tier real" in capsys.readouterr().err
