@@ -38,19 +38,20 @@ def sim_tier(engine_version: str, capacity: int = 20000) -> Cached:
 
 
 @cache
-def real_tier() -> RealTier:
-    """The process's shared real engine: the installed vLLM (unrecorded: `get_tier` records it)."""
-    return RealTier()
+def real_tier(engine: str = "vllm") -> RealTier:
+    """The process's shared real engine: the installed vLLM, or SGLang (unrecorded: `get_tier` records it)."""
+    return RealTier(engine=engine)
 
 
 @cache
 def get_tier(tier: str, engine_version: str) -> Tier:
     """The process's shared tier for ``tier``: the cached simulator of a vLLM release, the installed vLLM, or
-    a running server (``endpoint:URL``); every measurement recorded in the experience store."""
+    a running server (``endpoint:URL``); every measurement recorded in the experience store. An
+    ``engine_version`` of ``sglang-<release>`` asks for SGLang's simulator or the installed SGLang instead."""
     if tier == "sim":
         return sim_tier(engine_version)
     if tier == "real":
-        return Recorded(real_tier())
+        return Recorded(real_tier("sglang" if engine_version.startswith("sglang-") else "vllm"))
     if tier.startswith(ENDPOINT) and len(tier) > len(ENDPOINT):
         return Recorded(EndpointTier(tier.removeprefix(ENDPOINT), engine_version=engine_version))
     raise RsiEnvError(f"unknown tier {tier!r}: use 'sim', 'real' or 'endpoint:URL' (a running server)")

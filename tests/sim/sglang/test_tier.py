@@ -41,6 +41,8 @@ def test_the_engine_version_picks_the_engine_and_sglang_rows_never_warm_start_vl
     assert SGLANG_SIM_VERSION.startswith("sglang-")
     assert isinstance(get_tier("sim", SGLANG_SIM_VERSION).tier.tier, SglangSimTier)  # Cached(Recorded(sim))
     assert not isinstance(get_tier("sim", "0.26").tier.tier, SglangSimTier)
+    assert get_tier("real", SGLANG_SIM_VERSION).tier.engine == "sglang"  # Recorded(RealTier(engine="sglang"))
+    assert get_tier("real", "0.26").tier.engine == "vllm"
     m, hw, w = load_model("llama-3.2-1b"), load_hardware("h200"), load_workload("many_small")
     sim_tier(SGLANG_SIM_VERSION).measure_all(SglangConfig(max_running_requests=64), m, hw, [w])
     assert len(store.measurements()) == 1
