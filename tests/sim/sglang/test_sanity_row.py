@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rsi_env.sim.sglang import simulate_sglang_detailed
 
-ROW = Path(__file__).resolve().parents[3] / "data/measurements/sglang0.5.17-h100/many_small_defaults_triton.jsonl"
+ROW = Path(__file__).resolve().parents[3] / "data/sglang/0.5.17-h100/many_small_defaults_triton.jsonl"
 FIELDS = ("out_tok_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50", "mean_batch_size",
           "prefix_cache_hit_rate", "kv_cache_usage_peak", "num_gpu_blocks", "num_preemptions")
 
