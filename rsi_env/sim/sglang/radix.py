@@ -99,6 +99,25 @@ class RadixCache:
         head.children[self._child_key(child.key, 0)] = child
         return head
 
+    def _descend(self, key: tuple[int, ...], now: int) -> tuple[int, TreeNode]:
+        """Walk from the root along ``key`` (whole pages), touching every node passed at ``now``: how many tokens
+        the tree holds and the node they end on, split where the match ends inside a node. A child is found by
+        its first page, so each step matches at least one page."""
+        node = self.root
+        node.last_access = now
+        pos = 0
+        while pos < len(key):
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            child.last_access = now
+            m = self._aligned(common_prefix_len(key, pos, child.key))
+            pos += m
+            if m < len(child.key):
+                return pos, self._split(child, m)
+            node = child
+        return pos, node
+
     def _update_leaf(self, node: TreeNode) -> None:
         """Keep ``node`` in the evictable leaves exactly when it is an unlocked leaf (SGLang's _update_leaf_status)."""
         if node.lock_ref == 0 and not node.children and node is not self.root:
@@ -112,25 +131,7 @@ class RadixCache:
         n = self._aligned(len(tokens))
         if self.disable or n == 0:
             return 0, self.root
-        key = tuple(tokens[:n])
-        now = self._tick()
-        node = self.root
-        node.last_access = now
-        pos = 0
-        while pos < n:
-            child = node.children.get(key[pos:pos + self.page_size])
-            if child is None:
-                break
-            child.last_access = now
-            m = self._aligned(common_prefix_len(key, pos, child.key))
-            if m < len(child.key):
-                if m:
-                    node = self._split(child, m)
-                    pos += m
-                break
-            node = child
-            pos += m
-        return pos, node
+        return self._descend(tuple(tokens[:n]), self._tick())
 
     def insert(self, tokens: Sequence[int]) -> tuple[int, TreeNode]:
         """Put ``tokens`` (cut to whole pages) in the tree: how many were there already, and the node they end on.
@@ -142,20 +143,7 @@ class RadixCache:
             return 0, self.root
         key = tuple(tokens[:n])
         now = self._tick()
-        node = self.root
-        node.last_access = now
-        pos = 0
-        while pos < n:
-            child = node.children.get(key[pos:pos + self.page_size])
-            if child is None:
-                break
-            child.last_access = now
-            m = self._aligned(common_prefix_len(key, pos, child.key))
-            pos += m
-            if m < len(child.key):
-                node = self._split(child, m)
-                break
-            node = child
+        pos, node = self._descend(key, now)
         if pos < n:
             leaf = self._node(key[pos:], node)
             leaf.last_access = now
