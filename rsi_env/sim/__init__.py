@@ -28,7 +28,7 @@ from rsi_env.sim.cost import StepCost
 from rsi_env.sim.engine import EngineSim, SimResult
 from rsi_env.sim.memory import MemoryPlan, plan_memory
 
-__all__ = ["SimTier", "simulate", "simulate_detailed"]
+__all__ = ["SimTier", "simulate", "simulate_detailed", "store_sim_key"]
 
 
 def _split_dp(trace: Trace, dp: int, k: int) -> Trace:
@@ -127,6 +127,11 @@ def simulate(
                              usage_context=usage_context, calibration=calibration, slo=slo, record_steps=False)[0]
 
 
+def store_sim_key(key: str) -> str:
+    """The experience store's ``sim_key`` of a simulator tier's measurement key (every engine's simulator)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 class SimTier:
     """The simulator behind the `Tier` seam: deterministic, so a measurement is a pure function of its `key`.
 
@@ -171,5 +176,4 @@ class SimTier:
     def record_fields(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, workloads: Sequence[Workload],
                       tels: Sequence[Telemetry]) -> dict[str, Any]:
         """Each row's ``sim_key``: the store keeps a deterministic measurement once."""
-        return {"sim_keys": [hashlib.sha256(self.key(cfg, model, hw, w).encode()).hexdigest()[:32]
-                             for w in workloads]}
+        return {"sim_keys": [store_sim_key(self.key(cfg, model, hw, w)) for w in workloads]}

@@ -9,7 +9,6 @@ SGLang's rows can never be read as a vLLM release's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from rsi_env.engine.sglang_config import SglangConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import InvalidConfigError
+from rsi_env.sim import store_sim_key
 from rsi_env.sim.calibration import Calibration, load_calibration
 from rsi_env.sim.sglang.simulate import COST_RELEASE, simulate_sglang
 
@@ -52,15 +52,17 @@ class SglangSimTier:
     def key(self, cfg: SglangConfig | Mapping[str, Any] | None, model: ModelSpec, hw: HardwareSpec,
             w: Workload) -> str:
         """What the measurement depends on: release, calibration, model, chip, every flag, workload content."""
-        try:
-            flags = (cfg if isinstance(cfg, SglangConfig) else SglangConfig.from_dict(dict(cfg or {}))).to_dict()
-        except InvalidConfigError:  # a refusal is measured (its error) once per spelling
-            flags = dict(cfg or {}) if not isinstance(cfg, SglangConfig) else cfg.to_dict()
+        if isinstance(cfg, SglangConfig):
+            flags = cfg.to_dict()
+        else:
+            try:
+                flags = SglangConfig.from_dict(dict(cfg or {})).to_dict()
+            except InvalidConfigError:  # a refusal is measured (its error) once per spelling
+                flags = dict(cfg or {})
         return json.dumps([self.engine_version, self.calibration(hw).id, model.name, model.total_params, hw.name,
                            flags, w.content_hash], sort_keys=True, default=str)
 
     def record_fields(self, cfg: SglangConfig | Mapping[str, Any] | None, model: ModelSpec, hw: HardwareSpec,
                       workloads: Sequence[Workload], tels: Sequence[Telemetry]) -> dict[str, Any]:
         """Each row's ``sim_key``: the store keeps a deterministic measurement once."""
-        return {"sim_keys": [hashlib.sha256(self.key(cfg, model, hw, w).encode()).hexdigest()[:32]
-                             for w in workloads]}
+        return {"sim_keys": [store_sim_key(self.key(cfg, model, hw, w)) for w in workloads]}
