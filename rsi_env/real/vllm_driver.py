@@ -40,7 +40,7 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
 from rsi_env.real.driver_inputs import model_folder, parse_assignments
-from rsi_env.real.host import CpuShares, cpu_probe_ms, host_info, wrong_hardware
+from rsi_env.real.host import CpuShares, cpu_probe_ms, gpu_names, host_info, wrong_hardware
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.profile_replay import profile_run, profiler_config
 from rsi_env.real.schedule import run_schedule
@@ -182,7 +182,7 @@ async def _main_async(args: argparse.Namespace) -> int:
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    wrong = wrong_hardware(args.hardware, host_info(cpu_probe=0.0)["gpus"])
+    wrong = wrong_hardware(args.hardware, gpu_names())
     if wrong:  # before any engine starts: the card that came is not the one the rows would be filed under
         print(f"rsi-env-error: {wrong}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ def test_the_cpu_model_is_the_first_model_name_of_cpuinfo():
 
 def test_no_nvidia_smi_means_no_gpus(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert host._gpu_names() == []
+    assert host.gpu_names() == []
 
 
 def test_the_host_is_described_and_its_names_are_hashed(monkeypatch):

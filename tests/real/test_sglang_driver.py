@@ -182,7 +182,7 @@ def test_the_driver_refuses_a_bad_flag_before_starting_sglang(tmp_path, capsys):
 def test_the_driver_refuses_another_card_than_the_rows_name_before_starting_sglang(tmp_path, fake_sglang, capsys,
                                                                                    monkeypatch):
     monkeypatch.setenv("FAKE_SGLANG_KWARGS", str(tmp_path / "kwargs.json"))
-    monkeypatch.setattr(sglang_driver, "host_info", lambda cpu_probe=None: {"gpus": ["NVIDIA H100 80GB HBM3"]})
+    monkeypatch.setattr(sglang_driver, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
     rc = sglang_driver.main(["--model", "tiny-llama", "--out", str(tmp_path / "o"), "--workload", "x.yaml",
                              "--hardware", "h200"])
     err = capsys.readouterr().err
