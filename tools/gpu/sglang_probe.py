@@ -12,20 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 __all__ = ["main"]
-
-
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=512)
-    p.add_argument("--server-arg", action="append", default=[], help="key=value (JSON value) for SGLang's ServerArgs")
+    p.add_argument("--server-arg", action="append", default=[], help="key=value (YAML value) for SGLang's ServerArgs")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -44,17 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     import sglang
 
     from rsi_env.engine.model import load_model
+    from rsi_env.real.driver_inputs import model_folder, parse_assignments
 
     spec = load_model(a.model)
-    tmp = Path(tempfile.mkdtemp(prefix="rsi-sglang-"))
-    (tmp / "config.json").write_text(json.dumps(spec.to_hf_config()))
-    extra = {k: _value(v) for k, v in (s.split("=", 1) for s in a.server_arg)}
+    folder, load_format = model_folder(spec)
+    extra = parse_assignments(a.server_arg)
     t_start = time.perf_counter()
-    engine = sglang.Engine(model_path=str(tmp), load_format="dummy", skip_tokenizer_init=True, **extra)
+    engine = sglang.Engine(model_path=str(folder), load_format=load_format, skip_tokenizer_init=True, **extra)
     started_s = time.perf_counter() - t_start
     try:
         rng = np.random.default_rng(0)
-        vocab = int(spec.to_hf_config().get("vocab_size", 32000))
+        vocab = spec.vocab_size
         prompts = rng.integers(10, vocab - 10, size=(a.requests, a.prompt_len)).tolist()
         # ignore_eos gives every request exactly max_new_tokens; SGLang refuses min_new_tokens without a tokenizer.
         sp = {"max_new_tokens": a.output_len, "ignore_eos": True, "temperature": 0.0}
@@ -73,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         engine.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
     (out / "probe.json").write_text(json.dumps(row, indent=1, default=str))
     print(json.dumps({k: row[k] for k in ("sglang", "started_s", "output_tok_s", "burst_s", "all_exact")}))
     return 0
