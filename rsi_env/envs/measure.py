@@ -17,7 +17,6 @@ from rsi_env.errors import RsiEnvError
 from rsi_env.real.endpoint import EndpointTier
 from rsi_env.real.tier import RealTier
 from rsi_env.sim import SimTier
-from rsi_env.sim.sglang import SGLANG_SIM_VERSION, SglangSimTier
 from rsi_env.store.db import default_store_url
 from rsi_env.store.recorded import Recorded
 
@@ -29,10 +28,13 @@ ENDPOINT = "endpoint:"  # tier="endpoint:http://host:port": a running OpenAI-com
 def sim_tier(engine_version: str, capacity: int = 20000) -> Cached:
     """A fresh sim tier of a vLLM release, or of SGLang's (``sglang-0.5.17``): the simulator, recorded, behind a
     cache of its measurements."""
-    if engine_version == SGLANG_SIM_VERSION:
-        sglang = SglangSimTier()
-        return Cached(Recorded(sglang), sglang.key, capacity=capacity,  # type: ignore[arg-type]
-                      scope=default_store_url)  # SglangConfig where the seam's types name EngineConfig
+    if engine_version.startswith("sglang-"):  # SGLang's simulator loads only where it is asked for
+        from rsi_env.sim.sglang import SGLANG_SIM_VERSION, SglangSimTier
+
+        if engine_version == SGLANG_SIM_VERSION:
+            sglang = SglangSimTier()
+            return Cached(Recorded(sglang), sglang.key, capacity=capacity,  # type: ignore[arg-type]
+                          scope=default_store_url)  # SglangConfig where the seam's types name EngineConfig
     sim = SimTier(engine_version)
     return Cached(Recorded(sim), sim.key, capacity=capacity, scope=default_store_url)
 
