@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rsi_env.sim.calibration import COEFFICIENTS, Calibration
+from rsi_env.sim.calibration import COEFFICIENTS, Calibration, release_tag
 
 if TYPE_CHECKING:
     from rsi_env.calibrate.samples import Sample
@@ -24,14 +24,15 @@ __all__ = ["calibration_id", "errors", "fitted_at", "full_summary", "host_stage_
 
 
 def calibration_id(cal: Calibration, measurements_digest: str) -> str:
-    """``<hardware>-vllm<version>-<hash>``: the hash covers the measurements and the coefficients fitted to them.
+    """``<hardware>-vllm<version>-<hash>`` (``<hardware>-sglang-<version>-<hash>`` for SGLang): the hash covers the
+    measurements and the coefficients fitted to them.
 
     Two fits of the same measurements by different code (a new term, a new procedure) are different
     calibrations; every simulated measurement names the one it used (`Telemetry.calibration`).
     """
     coeffs = json.dumps({n: getattr(cal, n) for n in COEFFICIENTS}, sort_keys=True)
     h = hashlib.sha256(f"{measurements_digest}:{coeffs}".encode()).hexdigest()[:12]
-    return f"{cal.hardware}-vllm{cal.engine_version}-{h}"
+    return f"{cal.hardware}-{release_tag(cal.engine_version)}-{h}"
 
 
 def named(cal: Calibration, measurements_digest: str, provenance: dict[str, Any]) -> Calibration:

@@ -1,8 +1,8 @@
 """Real measurements as the fit reads them, and the seeded split that holds whole configurations out.
 
-Measurements are the JSON lines :mod:`rsi_env.real.vllm_driver` writes (one per config and workload). Whole
-configurations are held out (never one workload of a config), chosen by a seeded split, so the held-out error is
-the error on configurations the fit has never seen.
+Measurements are the JSON lines :mod:`rsi_env.real.vllm_driver` or :mod:`rsi_env.real.sglang_driver` writes (one
+per config and workload). Whole configurations are held out (never one workload of a config), chosen by a seeded
+split, so the held-out error is the error on configurations the fit has never seen.
 """
 
 from __future__ import annotations
@@ -50,8 +50,11 @@ def samples_from_rows(rows: list[dict[str, Any]], where: str = "the measurements
         if tel.error:
             continue
         t = (row.get("steps") or {}).get("t") or []
-        out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel,
-                          int((row.get("resolved") or {}).get("num_gpu_blocks") or 0), row["vllm_version"],
+        resolved = row.get("resolved") or {}
+        # vLLM's driver names its release and KV blocks; SGLang's its release and KV pool in tokens.
+        release = row["vllm_version"] if "vllm_version" in row else f"sglang-{row['sglang_version']}"
+        blocks = resolved.get("num_gpu_blocks") or resolved.get("max_total_num_tokens") or 0
+        out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel, int(blocks), release,
                           float(row.get("startup_s") or 0.0), float(np.diff(t).max()) if len(t) > 1 else 0.0,
                           (row.get("host") or {}).get("cpu_probe_ms")))
     if not out:

@@ -25,7 +25,11 @@ __all__ = ["ape", "evaluate", "predict", "rank_agreement"]
 
 
 def predict(s: Sample, cal: Calibration, hw: HardwareSpec) -> Telemetry:
-    """The simulator's telemetry for what the sample ran, under ``cal``."""
+    """The simulator's telemetry for what the sample ran, under ``cal``: SGLang's sim for an SGLang release."""
+    if s.engine_version.startswith("sglang-"):
+        from rsi_env.sim.sglang import simulate_sglang_detailed
+
+        return simulate_sglang_detailed(s.flags, load_model(s.model), hw, s.workload, calibration=cal)[0]
     return simulate_detailed(EngineConfig.from_dict(s.flags), load_model(s.model), hw, s.workload,
                              engine_version=s.engine_version, calibration=cal)[0]
 

@@ -22,7 +22,8 @@ import yaml
 
 from rsi_env.errors import CalibrationError
 
-__all__ = ["CPU_TERMS", "Calibration", "COEFFICIENTS", "MM_REF_PARAMS", "load_calibration", "user_calibration_dir"]
+__all__ = ["CPU_TERMS", "Calibration", "COEFFICIENTS", "MM_REF_PARAMS", "load_calibration", "release_tag",
+           "user_calibration_dir"]
 
 
 @dataclass(frozen=True)
@@ -162,23 +163,32 @@ def _fitted(cal: Calibration) -> str:
     return str(cal.provenance.get("fitted", ""))
 
 
+def release_tag(engine_version: str) -> str:
+    """A calibration's engine part, in its file name and id: ``vllm0.26`` for a vLLM release, ``sglang-0.5`` for
+    SGLang's (major and minor only: patch releases share a fit)."""
+    ver = ".".join(str(engine_version).split(".")[:2])
+    return ver if ver.startswith("sglang-") else f"vllm{ver}"
+
+
 def load_calibration(hardware: str, engine_version: str, path: str | Path | None = None) -> Calibration:
     """A calibration file given by path, else the newest fitted one of (hardware, version), else the default.
 
     Fitted calibrations are the catalog's ``<hardware>-vllm<version>.yaml`` and every
     ``<hardware>-vllm<version>*.yaml`` in :func:`user_calibration_dir` (what ``rsi-env calibrate`` writes);
     the newest by ``provenance.fitted`` wins. Its ``id`` is what every measurement reports as ``calibration``.
+    An SGLang release (``sglang-0.5.17``) has files of its own, ``<hardware>-sglang-<version>.yaml``.
     """
     if path is not None:
         return Calibration.from_dict(yaml.safe_load(Path(path).read_text()))
     ver = ".".join(str(engine_version).split(".")[:2])
-    name = f"{hardware}-vllm{ver}.yaml"
+    tag = release_tag(ver)
+    name = f"{hardware}-{tag}.yaml"
     found: list[Calibration] = []
     if (_calib_dir() / name).is_file():
         found.append(_load(name))
     user = user_calibration_dir()
     if user.is_dir():
-        for p in _user_files(str(user), user.stat().st_mtime_ns, f"{hardware}-vllm{ver}"):
+        for p in _user_files(str(user), user.stat().st_mtime_ns, f"{hardware}-{tag}"):
             cal = _load_user(p, Path(p).stat().st_mtime_ns)
             if cal.hardware == hardware and str(cal.engine_version) == ver:
                 found.append(cal)

@@ -9,8 +9,8 @@ it prices vLLM's async scheduling (the slower side sets the step's time, `StepCo
 batch's results processed one pass late (a finished request still decoded once more, an arrival seen a pass later),
 is not modelled.
 
-The cost model's coefficients are the chip's vLLM calibration: SGLang's own are not fitted yet (one real SGLang row
-exists, a sanity check, no fit).
+The cost model's coefficients are SGLang's calibration of the chip where one is fitted, else the chip's vLLM one
+(`rsi_env.sim.sglang.simulate.sglang_calibration`).
 """
 
 from __future__ import annotations

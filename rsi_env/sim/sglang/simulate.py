@@ -2,9 +2,10 @@
 
 ``(SglangConfig, ModelSpec, HardwareSpec, Workload) -> Telemetry`` with ``tier="sim"``: the flags resolved and the KV
 pool sized as SGLang does at start (`plan_sglang`), the scheduler loop run (`SglangEngineSim`), each forward pass
-priced by the sim's cost model. The coefficients are the chip's vLLM calibration (``Telemetry.calibration`` names
-it): SGLang's own are not fitted yet, since no real SGLang rows exist beyond one sanity row. A configuration SGLang
-refuses, or one that cannot serve the workload, comes back as ``Telemetry.error``; nothing raises for it.
+priced by the sim's cost model. The coefficients are SGLang's own calibration of the chip
+(``<hardware>-sglang-0.5.yaml``, fitted on real SGLang rows) where one exists, else the chip's vLLM calibration
+(``Telemetry.calibration`` names which). A configuration SGLang refuses, or one that cannot serve the
+workload, comes back as ``Telemetry.error``; nothing raises for it.
 
 SGLang's counters map onto the telemetry as the real tier's driver reads them: ``num_preemptions`` is retractions,
 ``prefix_cache_hit_rate`` cached over prompt tokens (at each request's first admission), ``kv_cache_usage_peak`` the
@@ -33,8 +34,16 @@ from rsi_env.sim.sglang.sizing import SglangPlan, plan_sglang
 
 __all__ = ["simulate_sglang", "simulate_sglang_detailed"]
 
-# The vLLM release whose calibration of the chip prices SGLang's passes until SGLang's own is fitted.
+# SGLang's release (its calibrations: ``<hardware>-sglang-0.5.yaml``), and the vLLM release whose calibration of a
+# chip prices SGLang's passes where SGLang's own is not fitted for that chip.
+SGLANG_RELEASE = "sglang-0.5.17"
 COST_RELEASE = "0.26"
+
+
+def sglang_calibration(hardware: str, path: str | Path | None = None) -> Calibration:
+    """The calibration file at ``path``, else SGLang's fitted calibration of the chip, else its vLLM one."""
+    cal = load_calibration(hardware, SGLANG_RELEASE, path)
+    return cal if path is not None or cal.id != "default" else load_calibration(hardware, COST_RELEASE)
 
 
 def simulate_sglang_detailed(
@@ -55,7 +64,7 @@ def simulate_sglang_detailed(
     spec = load_model(model)
     hw = load_hardware(hardware)
     wl = load_workload(workload)
-    cal = calibration if isinstance(calibration, Calibration) else load_calibration(hw.name, COST_RELEASE, calibration)
+    cal = calibration if isinstance(calibration, Calibration) else sglang_calibration(hw.name, calibration)
     try:
         cfg = config if isinstance(config, SglangConfig) else SglangConfig.from_dict(config)
     except InvalidConfigError as exc:

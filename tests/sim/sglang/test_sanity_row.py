@@ -1,4 +1,5 @@
-"""The SGLang sim beside the one real SGLang row: printed side by side, never asserted (no fit has been made)."""
+"""The SGLang sim beside lease 1's real SGLang row (triton attention, not SGLang's default FA3 that the H100 fit
+read): printed side by side, never asserted. The fit's own error is guarded in test_sglang_calibration.py."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_print_the_sim_beside_the_real_row(capsys):
     assert tel.ok, tel.error
     with capsys.disabled():
         print(f"\nSGLang 0.5.17, {row['model']}, {row['workload']}: real (H100, triton attention) vs sim "
-              f"(vLLM's {tel.calibration} calibration; SGLang's own not fitted)")
+              f"({tel.calibration}, fitted on FA3 rows)")
         print(f"  resolved: real max_total_num_tokens {row['resolved']['max_total_num_tokens']}, "
               f"sim {plan.max_total_num_tokens}; mem_fraction_static real {row['resolved']['mem_fraction_static']}, "
               f"sim {plan.mem_fraction_static}")
