@@ -5,9 +5,11 @@ One iteration is SGLang's ``event_loop_overlap``: receive the requests that have
 finishes, the radix tree). Nothing to run: wait for the next arrival (``idle`` in the profile).
 
 SGLang's overlap scheduler prepares batch N+1 on the CPU while the GPU runs batch N; the cost model prices that as
-it prices vLLM's async scheduling (the slower side sets the step's time, `StepCost.combine`). Its other effect, a
-batch's results processed one pass late (a finished request still decoded once more, an arrival seen a pass later),
-is not modelled.
+it prices vLLM's async scheduling (the slower side sets the step's time, `StepCost.combine`). Its loop picks pass N+1
+as soon as pass N is launched, so the choice sees only the requests that had arrived when pass N started (a long
+prompt's last chunk runs alone instead of beside a request that came during its first). Not modelled: the same
+loop's results of pass N processed after pass N+1 is chosen (a request that finished in N decoded once more in N+1,
+a prefix computed in N matched from N+2 on).
 
 The cost model's coefficients are SGLang's calibration of the chip where one is fitted, else the chip's vLLM one
 (`rsi_env.sim.sglang.simulate.sglang_calibration`).
@@ -84,19 +86,24 @@ class SglangEngineSim:
         steps = prefills = done = 0
         usage_peak = 0
         sched = self.sched
+        seen = self.now  # arrivals up to here are visible to the next choice (the pass in flight started here)
         while done < n:
-            self._receive()
+            self._receive(seen)
             batch = sched.next_batch()
             if batch is None:
+                if seen < self.now:  # nothing to add: the loop waits for the pass in flight, then looks again
+                    seen = self.now
+                    continue
                 if self.next_arr >= self.issued:
                     raise RuntimeError(f"scheduler deadlock: {len(sched.waiting)} waiting, none can be scheduled")
                 t_arr = max(self.now, reqs[order[self.next_arr]].arrival)
                 parts[-1] += t_arr - max(self.now, t_first)
-                self.now = t_arr
+                self.now = seen = t_arr
                 continue
             usage_peak = max(usage_peak, sched.used_tokens())
             running = len(sched.running)
             dt = self._price(batch, running, parts)
+            seen = self.now  # the overlap loop picks the next pass as soon as this one is launched
             self.now += dt
             busy += dt
             run_int += dt * running
@@ -121,10 +128,10 @@ class SglangEngineSim:
             usage_peak=usage_peak / max(sched.pool.size, 1), busy_time=busy, running_time_integral=run_int,
             profile=Profile(*parts))
 
-    def _receive(self) -> None:
-        """Requests that have arrived join the waiting queue, in arrival order."""
+    def _receive(self, until: float) -> None:
+        """Requests that arrived by ``until`` join the waiting queue, in arrival order."""
         reqs, order = self.reqs, self.order
-        while self.next_arr < self.issued and reqs[order[self.next_arr]].arrival <= self.now:
+        while self.next_arr < self.issued and reqs[order[self.next_arr]].arrival <= until:
             self.sched.waiting.append(reqs[order[self.next_arr]])
             self.next_arr += 1
 

@@ -217,6 +217,23 @@ def test_a_larger_chunk_lowers_the_ttft_of_a_long_prompt_under_no_load():
     assert ttft[16384] < ttft[4096] < ttft[1024]
 
 
+def test_the_overlap_loop_picks_the_next_pass_before_the_one_in_flight_ends():
+    """SGLang's overlap loop chooses pass N+1 when pass N is launched: a request arriving during a long prompt's first
+    chunk is not yet seen, so that prompt's last chunk runs alone and its first token comes early; one that had
+    arrived before shares the pass and delays it."""
+    cfg = SglangConfig(chunked_prefill_size=8192)
+    spec, hw = load_model(MODEL), load_hardware(HW)
+    plan = plan_for(cfg)
+
+    def first_token(second_arrives: float) -> float:
+        reqs = [req(0, list(range(1000, 9400)), 4), req(1, list(range(20000, 27500)), 4, second_arrives)]
+        cost = StepCost(spec, hw, plan.resolved, load_calibration(hw.name, "0.26"))
+        SglangEngineSim(SglangScheduler(cfg, plan), cost, reqs, check_invariants=True).run()
+        return reqs[0].first_token
+
+    assert first_token(0.01) < 0.8 * first_token(0.0)
+
+
 def test_refusals_come_back_as_errors():
     assert "invalid_config" in simulate_sglang({"schedule_policy": "nope"}, MODEL, HW, SMALL).error
     assert "dp_size" in simulate_sglang({"dp_size": 2}, MODEL, HW, SMALL).error
