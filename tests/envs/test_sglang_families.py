@@ -237,3 +237,21 @@ def test_the_sglang_section_leaves_the_vllm_task_as_it_was(task: str) -> None:
 
     raw = {k: v for k, v in _raw()[task].items() if k != "engines"}
     assert load_task(task) == replace(Task.from_dict(raw), engines=("vllm", "sglang"))
+
+
+@pytest.mark.parametrize("view", ["DiscreteFlagMoves", "DirectSetting"])
+def test_the_rl_views_move_along_sglang_s_ladders(view: str) -> None:
+    import rsi_env.wrappers as wrappers
+
+    env = getattr(wrappers, view)(_make("RSI/Batching-v0"))
+    env.reset(seed=0)
+    rsi = env.unwrapped
+    for _ in range(4):
+        _, _, term, _, _ = env.step(env.action_space.sample())
+        if term:  # a sampled submit ends the episode
+            env.reset(seed=0)
+        assert isinstance(rsi.config, SglangConfig)
+        assert set(rsi.config.to_dict(only_set=True)) <= set(rsi.flag_names)
+        assert all(rsi.config.to_dict()[f] in rsi.task.ladder(f) or rsi.config.to_dict()[f] is None
+                   for f in rsi.flag_names)
+    env.close()
