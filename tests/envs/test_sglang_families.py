@@ -255,3 +255,11 @@ def test_the_rl_views_move_along_sglang_s_ladders(view: str) -> None:
         assert all(rsi.config.to_dict()[f] in rsi.task.ladder(f) or rsi.config.to_dict()[f] is None
                    for f in rsi.flag_names)
     env.close()
+
+
+@pytest.mark.parametrize("task", FAMILIES)
+def test_the_spec_sheet_names_the_sglang_flags(task: str) -> None:
+    env = _make(task)
+    doc = " ".join((type(env).__doc__ or "").split())
+    assert 'engine="sglang"' in doc and all(f"``{f}``" in doc for f in env.flag_names)
+    env.close()
