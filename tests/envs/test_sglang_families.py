@@ -16,6 +16,8 @@ from typing import Any
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import rsi_env  # noqa: F401  (registers RSI/*)
 from rsi_env.engine.config import EngineConfig
@@ -263,3 +265,46 @@ def test_the_spec_sheet_names_the_sglang_flags(task: str) -> None:
     doc = " ".join((type(env).__doc__ or "").split())
     assert 'engine="sglang"' in doc and all(f"``{f}``" in doc for f in env.flag_names)
     env.close()
+
+
+def test_warm_starts_read_only_their_own_engine_s_rows() -> None:
+    env = _make("RSI/Batching-v0")
+    env.reset(seed=0)
+    env.step(env.flag_action("max_running_requests", 64))
+    env.step({"kind": 4})
+    env.close()
+    sglang = _make("RSI/Batching-v0", warm_start=True)
+    _, info = sglang.reset(seed=0)
+    assert info["warm_start"] and isinstance(sglang.config, SglangConfig)
+    assert all(set(p["config"]) <= set(sglang.flag_names) for p in info["warm_start"])
+    sglang.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vllm = gym.make("RSI/Batching-v0", sandbox="bubblewrap", warm_start=True).unwrapped
+    _, info = vllm.reset(seed=0)
+    assert isinstance(vllm.config, EngineConfig)
+    assert not any(set(p["config"]) & set(SglangConfig().to_dict()) - {"kv_cache_dtype"} for p in info["warm_start"])
+    vllm.close()
+
+
+_ACTIONS = st.lists(st.one_of(
+    st.builds(lambda f, v: {"kind": 0, "flag": f, "value": v}, st.integers(0, 4), st.floats(0.0, 1.0)),
+    st.builds(lambda text: {"kind": 1, "path": "serving.yaml", "old": "", "new": text},
+              st.sampled_from(["max_num_seqs: 64\n", "mem_fraction_static: 0.9\n", "schedule_conservativeness: -1\n",
+                               "max_running_requests: 0\n", "chunked_prefill_size: 4096\n", "engine: vllm\n",
+                               "cuda_graph_max_bs: 64\nmax_prefill_tokens: 8192\n", "[1, 2]\n"]))), max_size=6)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(actions=_ACTIONS)
+def test_any_actions_leave_an_sglang_config_of_the_family_s_flags_and_replay(actions: list[dict[str, Any]]) -> None:
+    env = _make("RSI/Batching-v0")
+    env.reset(seed=0)
+    for a in actions:
+        env.step(a)
+        assert isinstance(env.config, SglangConfig)
+        assert set(env.config.to_dict(only_set=True)) <= set(env.flag_names)
+        env.check_config(env.config)  # what is in force is what the env would accept
+    state = env.state()
+    env.close()
+    assert validate(state, trusted=True).ok
