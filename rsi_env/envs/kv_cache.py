@@ -28,7 +28,10 @@ class KVCacheEnv(RsiEnv):
 
     As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
     llama-3.1-8b on h200. ``variant="l4"`` is RSI/KVCache-v0's setting (Qwen2.5-7B on a whole 24 GB L4, 48
-    users, ``rag_chat`` and ``shared_prefix_chat``, TPOT <= 200 ms), on the sim tier only.
+    users, ``rag_chat`` and ``shared_prefix_chat``, TPOT <= 200 ms), on the sim tier only. ``engine="sglang"``:
+    SGLang 0.5.17 (sim tier, the default setting) from ``mem_fraction_static`` 0.25, which the co-tenant caps at
+    0.3 in ``serving.yaml`` too, tuning ``mem_fraction_static``, ``page_size``, ``disable_radix_cache``,
+    ``max_running_requests`` and ``kv_cache_dtype`` (fixed unless fp8 is allowed).
 
     ## Rewards
 
@@ -71,7 +74,9 @@ class KVCacheEnvV0(KVCacheEnv):
     ## Arguments, Action Space, Observation Space
 
     As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
-    qwen2.5-7b on l4.
+    qwen2.5-7b on l4. ``engine="sglang"``: SGLang 0.5.17 (sim tier) from its defaults, tuning
+    ``mem_fraction_static``, ``page_size``, ``disable_radix_cache``, ``max_running_requests`` and ``kv_cache_dtype``
+    (fixed unless fp8 is allowed).
 
     ## Rewards
 

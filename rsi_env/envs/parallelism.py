@@ -26,7 +26,10 @@ class ParallelismEnv(RsiEnv):
     As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
     llama-3.1-70b on h200. ``variant="x2"``: at most two GPUs, what one host of two H200s runs — Llama-3.1-8B
     on one GPU or both (tensor or pipeline parallel, or two replicas), starting at tensor_parallel_size=2, on
-    both tiers (``configs/eval/parallelism_x2_h200.yaml`` is its two-tier evaluation).
+    both tiers (``configs/eval/parallelism_x2_h200.yaml`` is its two-tier evaluation). ``engine="sglang"``:
+    SGLang 0.5.17 (sim tier, the default setting), from ``tp_size=8``, tuning ``tp_size``, ``dp_size``,
+    ``max_running_requests`` and ``chunked_prefill_size``; the SGLang sim refuses ``dp_size`` > 1 today (the
+    measurement's error says so).
 
     ## Rewards
 

@@ -23,7 +23,9 @@ class PrefixCacheEnv(RsiEnv):
     ## Arguments, Action Space, Observation Space
 
     As every ``RSI/*`` env (see :class:`rsi_env.envs.core.RsiEnv`); ``model`` and ``hardware`` default to
-    llama-3.1-8b on h200.
+    llama-3.1-8b on h200. ``engine="sglang"``: RadixAttention's prefix cache on SGLang 0.5.17 (sim tier), from
+    SGLang's defaults, tuning ``disable_radix_cache``, ``schedule_policy`` (``lpm`` serves the longest cached
+    prefix first), ``page_size``, ``mem_fraction_static`` and ``chunked_prefill_size``.
 
     ## Rewards
 

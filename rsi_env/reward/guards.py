@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.engines import AnyConfig
 from rsi_env.engine.task import Task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
@@ -51,7 +51,7 @@ class Verdict:
         return "\n".join(lines)
 
 
-def quality_cost(task: Task, cfg: EngineConfig) -> float:
+def quality_cost(task: Task, cfg: AnyConfig) -> float:
     """The declared quality loss of the precision flags ``cfg`` sets."""
     total = 0.0
     for flag, costs in task.quality_cost.items():
@@ -102,7 +102,7 @@ def output_guard(baseline: OutputTokens, candidate: OutputTokens, min_agreement:
     return GuardResult("outputs", ok, why + ("" if ok else "; " + ", ".join(examples)))
 
 
-def check_submission(task: Task, cfg: EngineConfig, baseline_cfg: EngineConfig, tels: Sequence[Telemetry],
+def check_submission(task: Task, cfg: AnyConfig, baseline_cfg: AnyConfig, tels: Sequence[Telemetry],
                      workloads: Sequence[Workload], workspace_workloads: Sequence[Workload | None],
                      score: float, outputs: GuardResult | None = None) -> Verdict:
     g: list[GuardResult] = []

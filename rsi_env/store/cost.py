@@ -13,16 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.engines import AnyConfig
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.telemetry import Telemetry
 
 __all__ = ["CostMeter", "gpu_seconds"]
 
 
-def gpu_seconds(tels: Sequence[Telemetry], cfg: EngineConfig) -> float:
+def gpu_seconds(tels: Sequence[Telemetry], cfg: AnyConfig) -> float:
     """Duration x GPUs of the successful measurements of one configuration (a refusal occupies no GPU)."""
-    gpus = int(cfg.tensor_parallel_size) * int(cfg.pipeline_parallel_size) * int(cfg.data_parallel_size)
+    gpus = int(cfg.num_gpus)
     return sum(t.duration_s * gpus for t in tels if t.ok)
 
 
@@ -32,7 +32,7 @@ class CostMeter:
 
     tiers: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def add(self, tier: str, tels: Sequence[Telemetry], cfg: EngineConfig, hw: HardwareSpec,
+    def add(self, tier: str, tels: Sequence[Telemetry], cfg: AnyConfig, hw: HardwareSpec,
             wall_s: float = 0.0) -> float:
         """Count one measurement (every workload of one configuration); returns its GPU-seconds."""
         gs = gpu_seconds(tels, cfg)

@@ -10,6 +10,7 @@ than the episode has, or a configuration vLLM itself refuses (`EngineConfig.reso
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -50,17 +51,18 @@ def position(env: RsiEnv, cfg: EngineConfig, flag: str) -> float:
     """The index of ``cfg``'s value of ``flag`` on its ladder; fractional between two rungs.
 
     A value off the ladder — ``None`` (vLLM's default) or one set by an edit — is placed by the
-    value vLLM resolves it to; a number between two rungs gets a fractional index, so "one notch
-    up" is the next rung above it; anything else off the ladder sits half a notch below the first rung.
+    value vLLM resolves it to (an unset SGLang flag stays unresolved: SGLang sizes it at start); a number
+    between two rungs gets a fractional index, so "one notch up" is the next rung above it; anything else
+    off the ladder sits half a notch below the first rung.
     """
     rungs = ladder(env, flag)
     raw = getattr(cfg, flag)
     if raw in rungs:
         return float(rungs.index(raw))
-    try:
-        value = getattr(cfg.resolve(env.model, env.hardware, env.tier.engine_version), flag)
-    except InvalidConfigError:
-        value = raw
+    value = raw
+    if isinstance(cfg, EngineConfig):  # SGLang resolves its defaults at start (RESOLVED_AT_START): unknown here
+        with contextlib.suppress(InvalidConfigError):
+            value = getattr(cfg.resolve(env.model, env.hardware, env.tier.engine_version), flag)
     if value in rungs:
         return float(rungs.index(value))
     if _numeric(value) and all(_numeric(r) for r in rungs):

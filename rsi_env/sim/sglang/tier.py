@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rsi_env.engine.engines import SGLANG_RELEASE
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.sglang_config import SglangConfig
@@ -26,7 +27,7 @@ from rsi_env.sim.sglang.simulate import COST_RELEASE, simulate_sglang
 
 __all__ = ["SGLANG_SIM_VERSION", "SglangSimTier"]
 
-SGLANG_SIM_VERSION = "sglang-0.5.17"  # the release whose scheduler the sim models
+SGLANG_SIM_VERSION = SGLANG_RELEASE  # the release whose scheduler the sim models
 
 
 class SglangSimTier:
