@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from rsi_env.engine.engines import row_engine
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
@@ -51,9 +52,8 @@ def samples_from_rows(rows: list[dict[str, Any]], where: str = "the measurements
             continue
         t = (row.get("steps") or {}).get("t") or []
         resolved = row.get("resolved") or {}
-        # vLLM's driver names its release and KV blocks; SGLang's its release and KV pool in tokens.
-        release = row["vllm_version"] if "vllm_version" in row else f"sglang-{row['sglang_version']}"
-        blocks = resolved.get("num_gpu_blocks") or resolved.get("max_total_num_tokens") or 0
+        _, release = row_engine(row)
+        blocks = resolved.get("num_gpu_blocks") or resolved.get("max_total_num_tokens") or 0  # SGLang's: its pool
         out.append(Sample(row["model"], row["flags"], Workload.from_dict(row["workload_spec"]), tel, int(blocks), release,
                           float(row.get("startup_s") or 0.0), float(np.diff(t).max()) if len(t) > 1 else 0.0,
                           (row.get("host") or {}).get("cpu_probe_ms")))

@@ -18,7 +18,7 @@ from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.sglang_config import SGLANG_FLAGS, SglangConfig
 from rsi_env.errors import RsiEnvError
 
-__all__ = ["ENGINES", "SGLANG_RELEASE", "AnyConfig", "EngineKind", "get_engine"]
+__all__ = ["ENGINES", "SGLANG_RELEASE", "AnyConfig", "EngineKind", "get_engine", "row_engine"]
 
 AnyConfig = EngineConfig | SglangConfig
 SGLANG_RELEASE = "sglang-0.5.17"  # the SGLang release the sim models and the real tier installs
@@ -80,3 +80,14 @@ def get_engine(name: str) -> EngineKind:
     if not isinstance(name, str) or name not in ENGINES:
         raise RsiEnvError(f"engine must be one of {sorted(ENGINES)}, got {name!r}")
     return ENGINES[name]
+
+
+def row_engine(raw: Mapping[str, Any]) -> tuple[EngineKind, str]:
+    """The engine and release of a real-tier driver's measurement line: vLLM's driver names ``vllm_version``,
+    SGLang's ``sglang_version`` (filed as ``sglang-<version>``, as `RealTier` records SGLang's runs); KeyError for
+    a line that names neither."""
+    if "vllm_version" in raw:
+        return ENGINES["vllm"], str(raw["vllm_version"])
+    if "sglang_version" in raw:
+        return ENGINES["sglang"], f"sglang-{raw['sglang_version']}"
+    raise KeyError("vllm_version")

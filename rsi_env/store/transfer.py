@@ -3,8 +3,9 @@
 An export is one JSON object per line, ``{"kind": "measurement" | "episode" | "calibration", ...row}``;
 importing it into another store adds what that store lacks (rows keep their ``uid``/``id``, so an
 import twice adds nothing). Import also reads the real tier's own measurement files
-(:mod:`rsi_env.real.vllm_driver` lines, e.g. ``data/measurements/h200-vllm0.26/*.jsonl``), so
-measurements taken before the store existed feed the store, and through it the calibration.
+(:mod:`rsi_env.real.vllm_driver` lines, e.g. ``data/measurements/h200-vllm0.26/*.jsonl``, and
+:mod:`rsi_env.real.sglang_driver` lines, filed under ``sglang-<version>``), so measurements taken before the store
+existed feed the store, and through it the calibration.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from time import strptime
 from typing import Any
 
-from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.engines import row_engine
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import Telemetry
@@ -98,7 +99,8 @@ def driver_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     seen_starts: set[tuple[str, str, float]] = set()
     for raw in lines:
-        cfg = EngineConfig.from_dict(raw.get("flags") or {})
+        kind, release = row_engine(raw)  # vLLM's driver lines or SGLang's
+        cfg = kind.make(raw.get("flags") or {})
         model, hw = load_model(raw["model"]), load_hardware(raw["hardware"])
         w = Workload.from_dict(raw["workload_spec"])
         tel = Telemetry.from_dict(raw["telemetry"])
@@ -107,7 +109,7 @@ def driver_rows(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         seen_starts.add(start_key)
         gpus = cfg.num_gpus
         gs = (float(raw.get("wall_s") or tel.duration_s) + startup) * gpus
-        row = measurement_rows("real", raw["vllm_version"], cfg, model, hw, [w], [tel], resolved=[raw.get("resolved")],
+        row = measurement_rows("real", release, cfg, model, hw, [w], [tel], resolved=[raw.get("resolved")],
                                extras=[{k: raw.get(k) for k in REAL_EXTRAS}],
                                gpu_seconds=[gs])[0]
         row["uid"] = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:32]
@@ -134,7 +136,8 @@ def import_files(store: ExperienceStore, paths: Iterable[str | Path]) -> dict[st
                         records.append(json.loads(line))
                     except json.JSONDecodeError as exc:
                         raise StoreError(f"{p}:{n}: not a JSON line ({exc})") from None
-        driver = [r for r in records if "kind" not in r and "workload_spec" in r and "vllm_version" in r]
+        driver = [r for r in records if "kind" not in r and "workload_spec" in r
+                  and ("vllm_version" in r or "sglang_version" in r)]
         unknown = [r for r in records if "kind" not in r and r not in driver]
         if unknown:
             raise StoreError(f"{p}: {len(unknown)} lines are neither an rsi-env export nor real-tier measurements")

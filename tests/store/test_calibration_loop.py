@@ -85,3 +85,15 @@ def test_an_imported_row_keeps_the_machine_it_was_measured_on(tmp_path):
     assert import_files(st, [f])["measurement"] == 1
     (row,) = st.measurements("tier = 'real'")
     assert row["extra"]["host"] == raw["host"] and row["extra"]["startup_s"] == raw["startup_s"]
+
+
+def test_sglangs_driver_rows_import_under_their_release_and_never_feed_vllms_calibration(tmp_path):
+    f = DATA.parent / "sglang" / "0.5.17-h100" / "lease2" / "h1.jsonl"
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    st = ExperienceStore(str(tmp_path / "s.sqlite"))
+    assert import_files(st, [f])["measurement"] == len(lines) == 3
+    rows = st.measurements("tier = 'real'")
+    assert {r["engine_version"] for r in rows} == {"sglang-0.5.17"} and {r["hardware"] for r in rows} == {"h100-sxm"}
+    assert rows[0]["config"] == lines[0]["flags"] and rows[0]["extra"]["startup_s"] == lines[0]["startup_s"]
+    assert real_rows(st, "h100-sxm", "0.26") == []  # vLLM's calibration from the store reads vLLM's rows only
+    assert import_files(st, [f])["measurement"] == 0  # a second import adds nothing
