@@ -53,6 +53,9 @@ class KVCacheEnv(RsiEnv):
 
     * v1: runs on hardware the project has: an H200 shared with a co-tenant, so that the KV cache is the
       constraint (the whole H200 leaves an 8B model's cache nearly unbounded); v0's L4 is ``variant="l4"``.
+      The co-tenant's cap (``gpu_memory_utilization`` <= 0.3) binds ``serving.yaml`` edits as well as the flag
+      action's ladder: before, an edit past it was measured and could pass submit (a hole, closed in place:
+      play within the cap is scored as it was).
     * v0: Qwen2.5-7B on an L4 at 48 users (`KVCacheEnvV0`).
     """
 

@@ -27,7 +27,8 @@ TASK_DATA = {
     "RSI/DayZero-v0": "8c5edd6539ae",
     "RSI/DayZero-v1": "010a966291b2",
     "RSI/KVCache-v0": "da4e1eceee79",  # + engines.sglang (kwarg-only: the vLLM task is as it was)
-    "RSI/KVCache-v1": "6c55b5432642",  # + engines.sglang (kwarg-only: the vLLM task is as it was)
+    "RSI/KVCache-v1": "8e94421d069f",  # + engines.sglang (kwarg-only); + bounds: the co-tenant cap binds serving.yaml
+    #                                   (a reward hole closed in place: play within the cap scores as it did)
     "RSI/Kernel-v0": "5060483498c6",
     "RSI/Kernel-v1": "53ad9b79e1cc",
     "RSI/Parallelism-v0": "35f23f264c79",  # + variant x2, + engines.sglang (kwarg-only: the default task is as it was)
