@@ -23,9 +23,10 @@ from rsi_env.calibrate.report import errors, fitted_at, mapes, named
 from rsi_env.calibrate.samples import load_samples
 from rsi_env.calibrate.score import evaluate
 from rsi_env.calibrate.timing import fit_terms
+from rsi_env.engine.engines import SGLANG_RELEASE
 from rsi_env.engine.hardware import load_hardware
-from rsi_env.sim.calibration import Calibration
-from rsi_env.sim.sglang.simulate import SGLANG_RELEASE, sglang_calibration
+from rsi_env.sim.calibration import Calibration, release_tag
+from rsi_env.sim.sglang.simulate import sglang_calibration
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -49,7 +50,7 @@ def main() -> None:
     train, held = load_samples(train_files), load_samples(held_files)
     hw = load_hardware(args.hardware)
     before = sglang_calibration(hw.name)
-    start = Calibration(hardware=hw.name, engine_version=".".join(SGLANG_RELEASE.split(".")[:2]))
+    start = Calibration(hardware=hw.name, engine_version=release_tag(SGLANG_RELEASE))
     t0 = time.perf_counter()
     fitted = fit_terms(train, hw, start, TERMS, args.max_nfev)
     secs = time.perf_counter() - t0

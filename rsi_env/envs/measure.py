@@ -31,10 +31,11 @@ def sim_tier(engine_version: str, capacity: int = 20000) -> Cached:
     if engine_version.startswith("sglang-"):  # SGLang's simulator loads only where it is asked for
         from rsi_env.sim.sglang import SGLANG_SIM_VERSION, SglangSimTier
 
-        if engine_version == SGLANG_SIM_VERSION:
-            sglang = SglangSimTier()
-            return Cached(Recorded(sglang), sglang.key, capacity=capacity,  # type: ignore[arg-type]
-                          scope=default_store_url)  # SglangConfig where the seam's types name EngineConfig
+        if engine_version != SGLANG_SIM_VERSION:
+            raise RsiEnvError(f"the SGLang sim models {SGLANG_SIM_VERSION} only, not {engine_version!r}")
+        sglang = SglangSimTier()
+        return Cached(Recorded(sglang), sglang.key, capacity=capacity,  # type: ignore[arg-type]
+                      scope=default_store_url)  # SglangConfig where the seam's types name EngineConfig
     sim = SimTier(engine_version)
     return Cached(Recorded(sim), sim.key, capacity=capacity, scope=default_store_url)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rsi_env.engine.engines import SGLANG_RELEASE
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.sglang_config import SglangConfig
@@ -34,9 +35,8 @@ from rsi_env.sim.sglang.sizing import SglangPlan, plan_sglang
 
 __all__ = ["simulate_sglang", "simulate_sglang_detailed"]
 
-# SGLang's release (its calibrations: ``<hardware>-sglang-0.5.yaml``), and the vLLM release whose calibration of a
-# chip prices SGLang's passes where SGLang's own is not fitted for that chip.
-SGLANG_RELEASE = "sglang-0.5.17"
+# The vLLM release whose calibration of a chip prices SGLang's passes where SGLang's own (``<hardware>-sglang-0.5.yaml``,
+# of SGLANG_RELEASE) is not fitted for that chip.
 COST_RELEASE = "0.26"
 
 

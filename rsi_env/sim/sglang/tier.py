@@ -22,8 +22,8 @@ from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import InvalidConfigError
 from rsi_env.sim import store_sim_key
-from rsi_env.sim.calibration import Calibration, load_calibration
-from rsi_env.sim.sglang.simulate import COST_RELEASE, simulate_sglang
+from rsi_env.sim.calibration import Calibration
+from rsi_env.sim.sglang.simulate import sglang_calibration, simulate_sglang
 
 __all__ = ["SGLANG_SIM_VERSION", "SglangSimTier"]
 
@@ -42,7 +42,7 @@ class SglangSimTier:
     def calibration(self, hw: HardwareSpec) -> Calibration:
         """The calibration this tier prices ``hw``'s passes with."""
         c = self._calibration
-        return c if isinstance(c, Calibration) else load_calibration(hw.name, COST_RELEASE, c)
+        return c if isinstance(c, Calibration) else sglang_calibration(hw.name, c)
 
     def measure_all(self, cfg: SglangConfig | Mapping[str, Any] | None, model: ModelSpec, hw: HardwareSpec,
                     workloads: Sequence[Workload]) -> list[Telemetry]:

@@ -10,6 +10,8 @@ from rsi_env.engine.sglang_config import SglangConfig
 from rsi_env.engine.task import load_task
 from rsi_env.engine.workload import load_workload
 from rsi_env.envs.measure import get_tier, sim_tier
+from rsi_env.errors import RsiEnvError
+from rsi_env.sim.calibration import load_calibration
 from rsi_env.sim.sglang import SGLANG_SIM_VERSION, SglangSimTier, simulate_sglang
 from rsi_env.store.record import default_store
 from rsi_env.store.warm_start import propose
@@ -55,3 +57,18 @@ def test_a_vllm_config_is_refused_in_sglangs_words():
     [tel] = tier.measure_all({"max_num_seqs": 8}, load_model("llama-3.2-1b"), load_hardware("h200"),  # type: ignore[arg-type]
                              [load_workload("many_small")])
     assert tel.error is not None and "unexpected keyword argument 'max_num_seqs'" in tel.error
+
+
+def test_the_tier_prices_with_sglangs_own_calibration_where_the_chip_has_one(store):
+    """On h100-sxm SGLang's fit prices the passes, in the tier as in simulate_sglang, and keys its cache."""
+    tier, fitted = SglangSimTier(), load_calibration("h100-sxm", SGLANG_SIM_VERSION)
+    m, hw, w = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), load_workload("many_small")
+    assert fitted.id.startswith("h100-sxm-sglang-") and tier.calibration(hw).id == fitted.id
+    [tel] = tier.measure_all({}, m, hw, [w])
+    assert tel.calibration == fitted.id and tel == simulate_sglang({}, m, hw, w)
+    assert fitted.id in tier.key({}, m, hw, w)
+
+
+def test_an_sglang_release_the_sim_does_not_model_is_refused():
+    with pytest.raises(RsiEnvError, match="models sglang-0.5.17 only"):
+        sim_tier("sglang-0.4.0")
