@@ -19,7 +19,6 @@ from rsi_env.sim.sglang import simulate_sglang_detailed
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 METRICS = ("out_tok_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99")
-HW = {"H100": "h100-sxm", "H200": "h200"}
 
 
 def load_rows(folder: Path) -> dict[tuple[str, str], dict]:
@@ -30,11 +29,6 @@ def load_rows(folder: Path) -> dict[tuple[str, str], dict]:
             r = json.loads(line)
             rows[(f.stem, r["workload"])] = r
     return rows
-
-
-def chip(row: dict) -> str:
-    gpus = " ".join(row["host"].get("gpus", []) if isinstance(row.get("host"), dict) else [])
-    return next((v for k, v in HW.items() if k in gpus), row["hardware"])
 
 
 def repeat_error(rows: dict, a: str = "defaults_a", b: str = "defaults_b") -> dict[str, dict[str, float]]:
@@ -59,7 +53,7 @@ def main() -> None:
           f"{'ttft50 ms':>10s}{'sim/real':>9s}{'tpot50 ms':>10s}{'sim/real':>9s}{'batch':>7s}{'sim':>7s}")
     for (cfg, w), r in sorted(rows.items(), key=lambda kv: (list(roles).index(kv[0][0]), kv[0][1])):
         real = r["telemetry"]
-        tel, _, _ = simulate_sglang_detailed(r["flags"], r["model"], chip(r), w, calibration=args.calibration)
+        tel, _, _ = simulate_sglang_detailed(r["flags"], r["model"], r["hardware"], w, calibration=args.calibration)
         if not tel.ok:
             print(f"{cfg:16s}{roles[cfg]:9s}{w:20s} sim error: {tel.error}")
             continue
