@@ -39,7 +39,7 @@ from rsi_env.engine.workload import SLO, Arrival, Workload, load_workload
 from rsi_env.envs.acting import Acting
 from rsi_env.envs.actions import BENCH, EDIT, FLAG, KIND_NAMES, SHELL, SUBMIT
 from rsi_env.envs.measure import get_tier
-from rsi_env.envs.observation import OBS_FIELDS, Observing, action_space, clean, observation_space
+from rsi_env.envs.observation import OBS_FIELDS, TEXT_MAX, Observing, action_space, clean, observation_space
 from rsi_env.envs.problem import Problem
 from rsi_env.envs.promotion import Promoter
 from rsi_env.errors import ActionError, RsiEnvError, WorkloadError
@@ -553,7 +553,7 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
             guards = self._guards()
         self.verdict = Verdict(all(g.ok for g in guards), self._verdict_score(), tuple(guards))
         self.done = True
-        self.text = clean(self.verdict.summary() + ("" if verified is None else "\n" + verified.report))
+        self.text = clean(self.verdict.summary(TEXT_MAX) + ("" if verified is None else "\n" + verified.report))
         if self.promoter is not None:
             self.verdict = self._promote(self.verdict)
         return events + [SubmitEvent(self.verdict)]
@@ -581,8 +581,8 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
                                    rs, outputs)
         gpu_s = (base.gpu_s if fresh else 0.0) + (real.gpu_s if real is not base else 0.0)
         self.promotion = p.info(self.last_score, rs, sim_verdict.passed, real, base, outputs, gpu_s)
-        self.text = clean(f"sim: {sim_verdict.summary()}\npromoted to real ({self._tel_text(real.tels)}):\n"
-                          + verdict.summary())
+        head = f"sim: {sim_verdict.summary(TEXT_MAX // 3)}\npromoted to real ({self._tel_text(real.tels)}):\n"
+        self.text = clean(head + verdict.summary(TEXT_MAX - len(head)))
         return verdict
 
     # ---- text -------------------------------------------------------------------------------------

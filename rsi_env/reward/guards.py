@@ -45,10 +45,35 @@ class Verdict:
     score: float
     guards: tuple[GuardResult, ...]
 
-    def summary(self) -> str:
-        lines = [f"submission {'PASSED' if self.passed else 'FAILED'} (score {self.score:+.4f})"]
-        lines += [f"  [{'ok' if g.ok else 'FAIL'}] {g.name}{': ' + g.reason if g.reason else ''}" for g in self.guards]
-        return "\n".join(lines)
+    def summary(self, limit: int | None = None) -> str:
+        """One line per guard. Within ``limit`` characters every guard keeps its line: the longest reasons are
+        clipped first (an observation is bounded, and one guard's traceback must not hide another's verdict)."""
+        head = f"submission {'PASSED' if self.passed else 'FAILED'} (score {self.score:+.4f})"
+        prefixes = [f"  [{'ok' if g.ok else 'FAIL'}] {g.name}{': ' if g.reason else ''}" for g in self.guards]
+        reasons = [g.reason for g in self.guards]
+        if limit is not None:
+            room = limit - len(head) - sum(len(p) + 1 for p in prefixes)
+            reasons = _fit(reasons, room)
+        return "\n".join([head] + [p + r for p, r in zip(prefixes, reasons, strict=True)])
+
+
+_CLIPPED = " ...[clipped]"
+
+
+def _fit(texts: list[str], room: int) -> list[str]:
+    """``texts`` within ``room`` characters in all: the short ones whole, the long ones cut to an equal share."""
+    if sum(map(len, texts)) <= room:
+        return texts
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = list(texts)
+    left = max(room, 0)
+    for n, i in enumerate(order):
+        share = left // (len(order) - n)
+        if len(texts[i]) > share:
+            cut = share - len(_CLIPPED)
+            out[i] = texts[i][:cut] + _CLIPPED if cut > 0 else texts[i][:share]
+        left -= len(out[i])
+    return out
 
 
 def quality_cost(task: Task, cfg: AnyConfig) -> float:
