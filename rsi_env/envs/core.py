@@ -256,7 +256,7 @@ class RsiEnv(Observing, Acting, gym.Env[dict[str, Any], dict[str, Any]], RecordC
                               "promote it to")
         if promote_on_submit and not self.promotable:
             raise RsiEnvError(f"{self.task.id} cannot be promoted: the real tier does not run what its agent edits")
-        self.promoter = Promoter() if promote_on_submit else None
+        self.promoter = Promoter(engine=self.engine_kind.name) if promote_on_submit else None
         self.tier: Tier = self._make_tier(tier, engine_version)
         self.model = load_model(model or t.default_model)
         self.hardware = load_hardware(hardware or t.default_hardware)

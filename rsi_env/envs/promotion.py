@@ -1,9 +1,9 @@
 """Promotion on submit: the submitted configuration re-measured on the real tier, and judged there.
 
 An env built with ``promote_on_submit=True`` searches on the cheap tier and, at submit, measures
-vLLM's defaults and the submitted configuration on the real tier (`RealTier`, one engine start
-each; the defaults' measurement is kept for later episodes on the same workloads). The binary
-reward's guards are then checked on the real measurements, with the real score (against the real
+the engine's defaults and the submitted configuration on the real tier (`RealTier` of the engine the env
+tunes, vLLM or SGLang: one engine start each; the defaults' measurement is kept for later episodes on the
+same workloads). The binary reward's guards are then checked on the real measurements, with the real score (against the real
 defaults) and, unless the task allows a precision change, the output guard: greedy tokens of the
 first requests of each workload must match the defaults'. The continuous reward stays on the
 search tier: the agent is paid for what it measured, not for the promotion, and the promotion's
@@ -46,12 +46,13 @@ class Promoter:
     record_tokens: int = 8
     min_agreement: float = 0.9
     timeout_s: float = 900.0
+    engine: str = "vllm"  # the engine the env tunes: its real tier runs the same one
     tier: RealTier | None = None
     _base: dict[str, RealMeasurement] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.tier is None:
-            self.tier = RealTier(timeout_s=self.timeout_s, record_tokens=self.record_tokens)
+            self.tier = RealTier(timeout_s=self.timeout_s, record_tokens=self.record_tokens, engine=self.engine)
 
     def measure(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                 workloads: Sequence[Workload]) -> RealMeasurement:
@@ -79,7 +80,7 @@ class Promoter:
 
     def baseline(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec,
                  workloads: Sequence[Workload]) -> RealMeasurement:
-        """vLLM's defaults on real for these workloads, measured once per env (again if it failed)."""
+        """The engine's defaults on real for these workloads, measured once per env (again if it failed)."""
         if not self.has_baseline(cfg, model, hw, workloads):
             self._base[self._key(cfg, model, hw, workloads)] = self.measure(cfg, model, hw, workloads)
         return self._base[self._key(cfg, model, hw, workloads)]

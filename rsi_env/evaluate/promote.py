@@ -1,11 +1,12 @@
 """Stage 2 of a two-tier evaluation: measure the candidates (and vLLM's defaults) on the real tier.
 
 ``python -m rsi_env.evaluate.promote --plan configs/eval/<plan>.yaml --gpus 0,1`` reads the
-candidates file the search stage wrote and measures each configuration with `RealTier` — one
+candidates file the search stage wrote and measures each configuration with `RealTier` of the engine the
+search tuned (vLLM, or SGLang where the candidates say ``engine: sglang``) — one
 driver process (one engine start, every workload) per configuration, in its own process group,
 killed whole at its timeout — on the local GPUs in parallel: a configuration that needs ``k``
 GPUs (tensor x pipeline x data parallel) waits for ``k`` free ones and gets them through
-``CUDA_VISIBLE_DEVICES``. vLLM's defaults go first (the real score of every candidate is measured
+``CUDA_VISIBLE_DEVICES``. The engine's defaults go first (the real score of every candidate is measured
 against them), then the candidates in sim order, then the plan's probes (changes the output guard
 should catch). One JSON line per configuration is appended to
 ``<out>/real.jsonl`` as it finishes, so a run cut short keeps what it measured, and a second run
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.engines import get_engine
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.model import load_model
 from rsi_env.engine.policy import PolicyKeys
@@ -99,7 +100,8 @@ class _Pool:
 def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: list[str], timeout_s: float,
              out: Path, lock: threading.Lock, running: dict[str, RealTier], stop: threading.Event) -> None:
     env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if any(gpus) else {}
-    tier = RealTier(timeout_s=timeout_s, record_tokens=plan.promote.record_tokens, env=env)
+    kind = get_engine(doc.get("engine", "vllm"))
+    tier = RealTier(timeout_s=timeout_s, record_tokens=plan.promote.record_tokens, env=env, engine=kind.name)
     running[entry["name"]] = tier
     workloads = [Workload.from_dict(w) for w in doc["workloads"]]
     # A scheduling policy's keys (computed on sim by the search stage) order vLLM's scheduler; such a run is not
@@ -111,7 +113,7 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: l
     t0 = time.monotonic()
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        tels = measure.measure_all(EngineConfig.from_dict(entry["flags"]), load_model(doc["model"]),
+        tels = measure.measure_all(kind.make(entry["flags"]), load_model(doc["model"]),
                                    load_hardware(doc["hardware"]), workloads)
     finally:
         running.pop(entry["name"], None)
@@ -122,7 +124,7 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: l
         "gpus": [g for g in gpus if g], "num_gpus": entry["num_gpus"],
         "started": when, "wall_s": round(wall, 2), "gpu_s": round(wall * entry["num_gpus"], 2),
         "startup_s": next((r["startup_s"] for r in rows.values()), None),
-        "vllm_version": tier.engine_version, "workloads": [w.name for w in workloads],
+        "engine": kind.name, "engine_version": tier.engine_version, "workloads": [w.name for w in workloads],
         "telemetry": [t.to_dict() for t in tels],
         "output_token_ids": {w: (r["counters"].get("output_token_ids") or {}) for w, r in rows.items()},
         "steps": {w: r["steps"] for w, r in rows.items() if "steps" in r},  # the engine's step trace, per workload

@@ -2,7 +2,7 @@
 
 Reads the candidates file (sim) and ``<out>/real.jsonl`` (real) and reports, per configuration,
 the task's SLO-adjusted objective per workload on both tiers and their error, the score on each
-tier (log ratio over vLLM's defaults measured on that same tier), the real measurement's error if
+tier (log ratio over the engine's defaults measured on that same tier), the real measurement's error if
 any and the output guard (greedy tokens against the defaults'); then the fidelity of the promotion
 (MAPE of the candidates' objectives, Spearman's rho of their scores), the real improvement over
 the defaults, and the GPU-seconds spent on real against what the same search on real alone would
@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rsi_env.engine.engines import get_engine
 from rsi_env.engine.task import load_task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.evaluate.fidelity import mape, real_only_gpu_s, spearman
@@ -80,7 +81,9 @@ def build_report(plan: EvalPlan, doc: dict[str, Any] | None = None,
     return {
         "plan": plan.name, "env": doc["env"], "model": doc["model"], "hardware": doc["hardware"],
         "metric": task.metric, "workloads": names, "selection": doc.get("selection"),
-        "vllm_version": next((r.get("vllm_version") for r in results), None),
+        "engine": doc.get("engine", "vllm"),
+        # rows of promote runs before SGLang name the vLLM release only
+        "real_engine_version": next((r.get("engine_version", r.get("vllm_version")) for r in results), None),
         "sim_engine_version": doc.get("engine_version"), "calibration": doc.get("calibration"),
         "rows": rows,
         "fidelity": {
@@ -125,10 +128,11 @@ def _f(x: Any, fmt: str = "{:.1f}") -> str:
 def render_markdown(rep: dict[str, Any]) -> str:
     """The report as a markdown table and three lines of summary."""
     ws = rep["workloads"]
+    label = get_engine(rep.get("engine", "vllm")).label
     head = ["config", "flags", *[f"{w} sim / real ({rep['metric']}, SLO-adj.)" for w in ws],
             "score sim / real (%)", "outputs", "real error"]
     lines = [f"## Two-tier evaluation: {rep['plan']} ({rep['env']}, {rep['model']} on {rep['hardware']}, "
-             f"real: vLLM {rep['vllm_version']}; sim: vLLM {rep['sim_engine_version']}, calibration "
+             f"real: {label} {rep['real_engine_version']}; sim: {label} {rep['sim_engine_version']}, calibration "
              f"{rep['calibration']})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rep["rows"]:
         cells = [r["name"] + (" (probe)" if r["probe"] else ""), "`" + json.dumps(r["flags"], separators=(",", ":")) + "`"]
@@ -146,7 +150,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
     lines += ["", f"Fidelity of the {fi['promoted']} promoted ({fi['measured_on_real']} measured on real, failed: "
               f"{fi['failed_on_real'] or 'none'}): MAPE {_f(fi['mape_pct'])} % (SLO-adjusted objective; "
               f"{_f(fi['mape_metric_pct'])} % on {rep['metric']} itself), Spearman rho {rho}.",
-              f"Real improvement over vLLM's defaults: best promoted {im['best_on_real'] or '(none measured)'} {best} %; "
+              f"Real improvement over {label}'s defaults: best promoted {im['best_on_real'] or '(none measured)'} {best} %; "
               f"sim's pick {im['sim_pick']} {_f(im['sim_pick_real_pct'], '{:+.1f}')} % on real "
               f"({_f(im['sim_pick_sim_pct'], '{:+.1f}')} % on sim).",
               f"Real GPU-seconds: {_f(co['real_gpu_s'])} for {co['real_measurements']} measurements "

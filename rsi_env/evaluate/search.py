@@ -22,7 +22,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rsi_env.engine.config import EngineConfig
 from rsi_env.errors import RsiEnvError
 from rsi_env.evaluate.plan import EvalPlan
 
@@ -84,7 +83,7 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
         cal = env.base_tels[0].calibration if env.base_tels else None  # every Telemetry names its calibration
 
         def entry(name: str, flags: Mapping[str, Any], policy: str | None = None) -> dict[str, Any]:
-            cfg = EngineConfig.from_dict(dict(flags))
+            cfg = env.engine_kind.make(flags)
             with _policy(env, policy) as keys:
                 scored = env.problem.score(cfg)
             tels = scored.tels
@@ -103,7 +102,7 @@ def run_search(plan: EvalPlan, searcher: Searcher | None = None) -> dict[str, An
             "plan": plan.name, "env": plan.env, "env_kwargs": plan.env_kwargs, "seed": plan.seed,
             "model": plan.env_kwargs.get("model") or env.task.default_model,
             "hardware": plan.env_kwargs.get("hardware") or env.task.default_hardware,
-            "engine_version": env.tier.engine_version, "calibration": cal,
+            "engine": env.engine_kind.name, "engine_version": env.tier.engine_version, "calibration": cal,
             "search": asdict(plan.search), "sim_evaluations": len(trials),
             "selection": f"best sim score, then each next best at least {plan.promote.min_gap} (log ratio) below "
                          f"every one promoted; top {plan.promote.top_k} of {len(trials)} measured",

@@ -144,10 +144,24 @@ def test_a_family_without_an_sglang_setting_and_a_variant_refuse_it() -> None:
         _make("RSI/Quantization-v0")
     with pytest.raises(CatalogError, match="default setting only"):
         _make("RSI/KVCache-v1", variant="l4")
-    with pytest.raises(RsiEnvError, match="runs on the sim tier"):
-        _make("RSI/Batching-v0", tier="real")
+    with pytest.raises(RsiEnvError, match="runs on the sim tier"):  # an L4: none to run it on
+        _make("RSI/KVCache-v0", tier="real")
     with pytest.raises(RsiEnvError, match="sim tier only"):
-        _make("RSI/Batching-v0", promote_on_submit=True)
+        _make("RSI/KVCache-v0", promote_on_submit=True)
+
+
+def test_the_real_tier_and_promotion_run_sglang() -> None:
+    """On real, the env measures the installed SGLang (none here: the baseline's error says so, in SGLang's
+    terms); promotion's real tier is SGLang's, never vLLM's (which would run SGLang's flags as its own)."""
+    env = _make("RSI/Batching-v0", tier="real")
+    assert env.tier.engine_version == "none" or env.tier.engine_version.startswith("sglang-")
+    env.reset(seed=0)
+    errors = [t.error for t in env.base_tels]
+    assert all(e and "SGLang is not installed" in e for e in errors), errors
+    env.close()
+    promoted = _make("RSI/Batching-v0", promote_on_submit=True)
+    assert promoted.promoter is not None and promoted.promoter.tier.engine == "sglang"
+    promoted.close()
 
 
 def test_serving_yaml_cannot_switch_the_engine_or_set_vllm_s_flags() -> None:

@@ -210,3 +210,24 @@ def test_a_candidate_measured_without_the_defaults_has_no_score_and_has_not_fail
     c1 = next(r for r in rep["rows"] if r["name"] == "c1")
     assert c1["measured"] and math.isnan(c1["real_score"]) and c1["real_error"] is None
     assert rep["fidelity"]["failed_on_real"] == [] and rep["fidelity"]["measured_on_real"] == 1
+
+
+def test_an_sglang_plan_is_searched_on_sglang_s_sim_and_promoted_to_sglang(tmp_path):
+    """engine=sglang in the plan: SGLang's flags and sim (its H100 fit) in the candidates, SGLang's real tier in
+    promote. This machine has no SGLang: the real run fails in those words, as a row, and the report names SGLang."""
+    raw = {**PLAN, "name": "unit_sglang", "env_kwargs": {"engine": "sglang", "hardware": "h100-sxm"},
+           "search": {"method": "random_search", "budget": 6, "seed": 0},
+           "promote": {**PLAN["promote"], "top_k": 2, "probes": []},
+           "candidates": str(tmp_path / "cand.json"), "out": str(tmp_path / "out")}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    plan = load_plan(tmp_path / "plan.yaml")
+    doc = run_search(plan)
+    assert doc["engine"] == "sglang" and doc["engine_version"] == "sglang-0.5.17"
+    assert doc["calibration"].startswith("h100-sxm-sglang-0.5-")
+    assert all(set(c["flags"]) <= {"max_running_requests", "chunked_prefill_size", "max_prefill_tokens",
+                                   "cuda_graph_max_bs", "schedule_conservativeness"} for c in doc["candidates"])
+    rows = run_promote(plan, only=["defaults"])
+    assert [r["name"] for r in rows] == ["defaults"] and rows[0]["engine"] == "sglang"
+    assert rows[0]["error"] and "SGLang" in rows[0]["error"] and "vLLM" not in rows[0]["error"], rows[0]["error"]
+    md = render_markdown(build_report(plan))
+    assert "real: SGLang none; sim: SGLang sglang-0.5.17" in md and "over SGLang's defaults" in md

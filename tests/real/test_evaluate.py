@@ -81,7 +81,7 @@ def test_the_report_compares_sim_and_real(evaluated):
     assert fi["measured_on_real"] == 2 and math.isfinite(fi["mape_pct"]) and fi["spearman"] in (-1.0, 1.0)
     assert co["real_measurements"] == 3 and co["real_only_gpu_s_est"] == pytest.approx(
         (co["sim_evaluations"] + 1) * co["mean_real_gpu_s"])
-    assert rep["vllm_version"] == installed_vllm_version()
+    assert rep["real_engine_version"] == installed_vllm_version() and rep["engine"] == "vllm"
     md = (plan.out / "report.md").read_text().splitlines()
     assert [x.split(" |")[0] for x in md if x.startswith(("| defaults |", "| c"))][1:] == ["| defaults", "| c1", "| c2"]
 
