@@ -22,17 +22,17 @@ IDS = sorted(k for k in gym.registry if k.startswith("RSI/"))
 # sha256 (12) of each task's data as parsed, less its entry_point. A change of a task's rewards or dynamics is a new
 # version of its id (Gymnasium's rule): register RSI/<Task>-v<n+1> with the new data rather than update this table.
 TASK_DATA = {
-    "RSI/Batching-v0": "572ac62768ee",  # + engines.sglang (kwarg-only: the vLLM task is as it was)
+    "RSI/Batching-v0": "7bdb60655cc9",  # + engines.sglang, on sim then real too (kwarg-only: vLLM task as it was)
     "RSI/BugFix-v0": "3b3ad18f5625",
     "RSI/DayZero-v0": "8c5edd6539ae",
     "RSI/DayZero-v1": "010a966291b2",
     "RSI/KVCache-v0": "da4e1eceee79",  # + engines.sglang (kwarg-only: the vLLM task is as it was)
-    "RSI/KVCache-v1": "8e94421d069f",  # + engines.sglang (kwarg-only); + bounds: the co-tenant cap binds serving.yaml
+    "RSI/KVCache-v1": "c6a86344c265",  # + engines.sglang (kwarg-only; real too); + bounds: the co-tenant cap binds
     #                                   (a reward hole closed in place: play within the cap scores as it did)
     "RSI/Kernel-v0": "5060483498c6",
     "RSI/Kernel-v1": "53ad9b79e1cc",
-    "RSI/Parallelism-v0": "35f23f264c79",  # + variant x2, + engines.sglang (kwarg-only: the default task is as it was)
-    "RSI/PrefixCache-v0": "a14a4b0fc300",  # + engines.sglang (kwarg-only: the vLLM task is as it was)
+    "RSI/Parallelism-v0": "507fa222a65c",  # + variant x2, + engines.sglang (kwarg-only, sim and real: default as was)
+    "RSI/PrefixCache-v0": "a5f18f941845",  # + engines.sglang, on sim then real too (kwarg-only: vLLM task as it was)
     "RSI/Quantization-v0": "f578924f744a",
     "RSI/Scheduler-v0": "dc5e5ba0fa63",
     "RSI/Scheduler-v1": "97e686e37391",
