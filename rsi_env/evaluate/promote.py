@@ -1,4 +1,4 @@
-"""Stage 2 of a two-tier evaluation: measure the candidates (and vLLM's defaults) on the real tier.
+"""Stage 2 of a two-tier evaluation: measure the candidates (and the engine's defaults) on the real tier.
 
 ``python -m rsi_env.evaluate.promote --plan configs/eval/<plan>.yaml --gpus 0,1`` reads the
 candidates file the search stage wrote and measures each configuration with `RealTier` of the engine the
@@ -15,7 +15,7 @@ and no run outlives the deadline; an interrupted promote (Ctrl-C, SIGTERM) kills
 engine's process group before it exits.
 
 This module imports only the engine vocabulary and the real tier (no Gymnasium, no Optuna), so it
-runs on a GPU machine that has vLLM, numpy and PyYAML.
+runs on a GPU machine that has the engine (vLLM or SGLang), numpy and PyYAML.
 """
 
 from __future__ import annotations
