@@ -28,7 +28,17 @@ from rsi_env.sim.cost import StepCost
 from rsi_env.sim.engine import EngineSim, SimResult
 from rsi_env.sim.memory import MemoryPlan, plan_memory
 
-__all__ = ["SimTier", "simulate", "simulate_detailed", "store_sim_key"]
+__all__ = ["SimTier", "sim_calibration", "simulate", "simulate_detailed", "store_sim_key"]
+
+
+def sim_calibration(hardware: str, engine_version: str) -> Calibration:
+    """The calibration the sim tier of ``engine_version`` prices ``hardware`` with: vLLM's fit of the chip, or for
+    an SGLang release (``sglang-0.5.17``) SGLang's own (`rsi_env.sim.sglang.simulate.sglang_calibration`)."""
+    if engine_version.startswith("sglang-"):  # SGLang's simulator loads only where it is asked for
+        from rsi_env.sim.sglang.simulate import sglang_calibration
+
+        return sglang_calibration(hardware)
+    return load_calibration(hardware, engine_version)
 
 
 def _split_dp(trace: Trace, dp: int, k: int) -> Trace:

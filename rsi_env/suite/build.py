@@ -1,7 +1,9 @@
 """Freeze a suite: find each flag instance's ceiling, check each reference passes, measure each difficulty.
 
 ``python -m rsi_env.suite.build [--suite rsi-bench-v1] [--workers W] [--work DIR]`` writes
-``rsi_env/catalog/suites/<suite>.yaml``. What it does, per candidate of `rsi_env.suite.plan`:
+``rsi_env/catalog/suites/<suite>.yaml``. A suite with a base (``rsi-bench-v2`` on v1: `SUITE_BASES`) keeps the
+base's instances as they were frozen and freezes only its own candidates. What it does, per candidate of
+`rsi_env.suite.plan`:
 
 - **a flag instance** (the sim tier): every valid configuration on the task's ladders is measured where
   the grid has at most `EXHAUSTIVE_MAX` of them (``exhaustive``); a larger grid gets a search of 20x the
@@ -40,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from rsi_env.suite.agents import NullAgent, RandomAgent, ReferenceAgent, SearchAgent, SuiteAgent
-from rsi_env.suite.instance import DIFFICULTIES, FRONTS, Instance, Suite, threshold_for
-from rsi_env.suite.plan import Candidate, candidates, flag_quota
+from rsi_env.suite.instance import DIFFICULTIES, FRONTS, Instance, Suite, load, threshold_for
+from rsi_env.suite.plan import SUITE_BASES, Candidate, candidates, flag_quota
 from rsi_env.wrappers.ladders import rsi_env_of
 
 __all__ = ["CEILING_FRACTION", "EXHAUSTIVE_MAX", "GIVE_UP_AFTER", "MIN_HEADROOM", "baseline_table", "freeze", "main"]
@@ -104,7 +106,7 @@ def _ceiling_search(c: Candidate) -> tuple[list[tuple[float, dict[str, int]]], s
     try:
         if not all(t.ok for t in probe.env.base_tels):
             bad = [t.error for t in probe.env.base_tels if not t.ok]
-            raise _Rejected(f"vLLM's defaults fail: {bad}")
+            raise _Rejected(f"the engine's defaults fail: {bad}")
         grid = valid_grid(probe)
     finally:
         probe.close()
@@ -138,7 +140,7 @@ def _freeze_flag(c: Candidate) -> Instance:
     configs, method, measured, task = _ceiling_search(c)
     if not configs or configs[0][0] < math.log1p(MIN_HEADROOM):
         best = f"{math.expm1(configs[0][0]):+.1%}" if configs else "nothing ran"
-        raise _Rejected(f"headroom: the best configuration beats vLLM's defaults by {best} "
+        raise _Rejected(f"headroom: the best configuration beats the engine's defaults by {best} "
                         f"(< {MIN_HEADROOM:.0%})")
     for score, cfg in configs:
         criterion = {"kind": "ceiling", "ceiling": round(score, 6), "fraction": CEILING_FRACTION, "method": method,
@@ -211,15 +213,14 @@ def baseline_table(instances: Sequence[Instance]) -> dict[str, Any]:
 
 def _calibrations(instances: Sequence[Instance]) -> dict[str, str]:
     from rsi_env.engine.task import load_task
-    from rsi_env.sim.calibration import load_calibration
+    from rsi_env.sim import sim_calibration
 
     out = {}
     for i in instances:
         if i.tier != "sim":
             continue
         hw = i.env_kwargs.get("hardware") or load_task(i.env_id).default_hardware
-        version = str(i.env_kwargs.get("engine_version", "0.26"))
-        out[f"{hw}@{version}"] = load_calibration(hw, version).id
+        out[f"{hw}@{i.engine_version}"] = sim_calibration(hw, i.engine_version).id
     return dict(sorted(out.items()))
 
 
@@ -306,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("RSI_ENV_STORE", "off")
     args.work.mkdir(parents=True, exist_ok=True)
     done_path = args.work / f"{args.suite}.jsonl"
-    plan = candidates()
+    plan = candidates(args.suite)
+    base = SUITE_BASES.get(args.suite)
+    kept = list(load(base).instances) if base else []  # a later version keeps its base's instances as frozen
     keys = {c.id: candidate_key(c) for c in plan}
     done = {}
     if done_path.is_file():
@@ -317,14 +320,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo = [c for c in plan if c.id not in done and (args.only is None or any(c.id.startswith(o) for o in args.only))]
     print(f"{len(done)} candidates done, {len(todo)} to go, {args.workers} workers", file=sys.stderr)
     _run(todo, done, done_path, args.workers, {c.id: c.family for c in plan})
-    instances = _selected(plan, done)
+    instances = kept + _selected(plan, done)
     instances.sort(key=lambda i: (FRONTS.index(i.front), i.family, i.id))
     suite = Suite(id=args.suite, instances=tuple(instances), ceiling_fraction=CEILING_FRACTION,
                   calibrations=_calibrations(instances), frozen=datetime.date.today().isoformat(),
                   baselines=baseline_table(instances),
                   notes=(f"Flag ceilings: exhaustive over the valid grid up to {EXHAUSTIVE_MAX} configurations, else a "
                          f"search of {SEARCH_FACTOR}x the budget (random, then coordinate descent). Pass: "
-                         f"{CEILING_FRACTION:.0%} of the ceiling's objective (flags), every hidden check (code)."))
+                         f"{CEILING_FRACTION:.0%} of the ceiling's objective (flags), every hidden check (code)."
+                         + (f" Extends {base}: its instances as frozen there." if base else "")))
     out = args.out or Path(__file__).resolve().parents[1] / "catalog" / "suites" / f"{args.suite}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     import yaml

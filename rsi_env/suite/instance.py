@@ -1,4 +1,4 @@
-"""`Instance` and `Suite`: one frozen benchmark task and the versioned set of them (``rsi-bench-v1``).
+"""`Instance` and `Suite`: one frozen benchmark task and the versioned set of them (``rsi-bench-v1``, ``-v2``).
 
 An instance is an env id with the keyword arguments and reset seed that pin it, the budget an attempt may
 spend, the front and family it counts under, its measured difficulty, what passing means, and how its
@@ -98,6 +98,14 @@ class Instance:
         del out["reference"]
         return out
 
+    @property
+    def engine_version(self) -> str:
+        """The release the instance measures: its ``engine_version``, else its engine's (vLLM's or SGLang's)."""
+        from rsi_env.engine.engines import get_engine
+
+        kw = self.env_kwargs
+        return get_engine(str(kw.get("engine", "vllm"))).version(kw.get("engine_version"))
+
     def kwargs(self, **overrides: Any) -> dict[str, Any]:
         """``gym.make``'s keyword arguments for this instance: its own, its budget, ``overrides`` on top."""
         out = {**self.env_kwargs, "max_measurements": self.budget, "max_steps": self.max_steps}
@@ -178,12 +186,12 @@ class Suite:
 
     def check_calibrations(self) -> list[str]:
         """Where the simulator in use differs from the one the ceilings were found with (empty: none)."""
-        from rsi_env.sim.calibration import load_calibration
+        from rsi_env.sim import sim_calibration
 
         out = []
         for key, frozen in sorted(self.calibrations.items()):
             hardware, _, version = key.partition("@")
-            now = load_calibration(hardware, version).id
+            now = sim_calibration(hardware, version).id
             if now != frozen:
                 out.append(f"{key}: frozen with calibration {frozen}, this install uses {now}")
         return out

@@ -1,4 +1,7 @@
-"""What ``rsi-bench-v1`` is drawn from: the candidate instances `rsi_env.suite.build` freezes (or leaves out).
+"""What each suite is drawn from: the candidate instances `rsi_env.suite.build` freezes (or leaves out).
+
+``rsi-bench-v1`` is vLLM's. ``rsi-bench-v2`` keeps every instance of v1 as frozen (`SUITE_BASES`) and adds
+SGLang's flag families (``engine="sglang"``: its flags, defaults and simulator), drawn the same way.
 
 Three fronts, as the field's benchmarks split inference engineering:
 
@@ -10,8 +13,8 @@ Three fronts, as the field's benchmarks split inference engineering:
 - **bug-fixing**: every verified BugFix instance, and every verified VLLMBugFix instance where the family
   is installed.
 
-A candidate's id says what it is (``opt-batching-llama-3.1-8b-h200-short_long+many_small``); its env
-kwargs and reset seed pin it.
+A candidate's id says what it is (``opt-batching-llama-3.1-8b-h200-short_long+many_small``,
+``opt-sglang-batching-...`` on SGLang); its env kwargs and reset seed pin it.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FLAG_PER_FAMILY", "Candidate", "candidates", "flag_quota"]
+from rsi_env.errors import SuiteError
+
+__all__ = ["FLAG_PER_FAMILY", "SUITE_BASES", "Candidate", "candidates", "flag_quota"]
 
 FLAG_PER_FAMILY = 40
 # Parallelism's grids (70B and MoE models over 4-8 GPUs) are searched at 20x their budget, the build's costliest
 # ceilings: fewer of them.
-_FLAG_QUOTA = {"Parallelism": 25}
+_FLAG_QUOTA = {"Parallelism": 25, "SGLang-Batching": 6, "SGLang-KVCache": 6}
 _ORDER_SEED = 20261205  # the fixed shuffle that decides which candidates of a family are tried first
 
 # Per flag family: its env id, and the models, chips, workload mixes and extra kwargs to draw from.
@@ -59,6 +64,25 @@ _FLAG_GRID: dict[str, dict[str, Any]] = {
                     "mixes": [["short_long", "long_context"], ["many_small", "rag_chat"]],
                     "extra": [{"num_gpus": 8}, {"num_gpus": 4}]},
 }
+# SGLang's flag families (rsi-bench-v2): dense models (what SGLang's sim was checked on) on the H100, whose SGLang
+# coefficients are fitted on real SGLang rows, and the H200, priced with its vLLM fit. PrefixCache is not drawn
+# on SGLang, as on vLLM in v1: the defaults already cache prefixes (RadixAttention is on). A random search of 80 on
+# three of its settings (8B on H100, Qwen 7B on H200, 1B on H100) beat SGLang's defaults by 3.0, 0.1 and 0.0 %,
+# under the 10 % headroom an instance needs.
+_SGLANG_GRID: dict[str, dict[str, Any]] = {
+    "SGLang-Batching": {"env_id": "RSI/Batching-v0", "models": ["llama-3.1-8b", "qwen2.5-7b", "llama-3.2-1b"],
+                        "hardware": ["h100-sxm", "h200"],
+                        "mixes": [["short_long", "many_small"], ["many_small", "long_context"],
+                                  ["short_long", "rag_chat"]],
+                        "extra": [{"engine": "sglang"}]},
+    "SGLang-KVCache": {"env_id": "RSI/KVCache-v1", "models": ["llama-3.1-8b", "qwen2.5-7b", "llama-3.2-1b"],
+                       "hardware": ["h100-sxm", "h200"],
+                       "mixes": [["long_context", "rag_chat"], ["rag_chat", "shared_prefix_chat"],
+                                 ["shared_prefix_chat", "many_small"]],
+                       "extra": [{"engine": "sglang"}]},
+}
+# A later suite keeps its base's frozen instances verbatim (ids, ceilings, difficulties) and adds its own candidates.
+SUITE_BASES = {"rsi-bench-v2": "rsi-bench-v1"}
 # The Scheduler: models on the task's chip, over the task's workload sets, seeds for the workloads' draws.
 # Scheduler-v1 on its H200 and v0's L4 setting (variant l4), each over its workload sets and seeds.
 _SCHEDULER = ({"mixes": (("bursty_chat_h200", "mixed_rag_h200"), ("bursty_chat_h200",), ("mixed_rag_h200",))},
@@ -87,14 +111,14 @@ def flag_quota(family: str) -> int:
 def _slug(kwargs: Mapping[str, Any]) -> str:
     parts = [str(kwargs.get("model", "")), str(kwargs.get("hardware", "")), "+".join(kwargs.get("workloads", []))]
     parts += [f"{v}{k.replace('num_', '').replace('_', '')}" for k, v in sorted(kwargs.items())
-              if k not in ("model", "hardware", "workloads")]
+              if k not in ("model", "hardware", "workloads", "engine")]  # the engine is in the family's name
     return "-".join(p for p in parts if p)
 
 
-def flag_candidates() -> list[Candidate]:
+def flag_candidates(grid: Mapping[str, Mapping[str, Any]] = _FLAG_GRID) -> list[Candidate]:
     """Every flag family's grid, each family in its fixed shuffled order (the build keeps the first that fit)."""
     out = []
-    for family, g in _FLAG_GRID.items():
+    for family, g in grid.items():
         combos = list(itertools.product(g["models"], g["hardware"], g["mixes"], g.get("extra", [{}])))
         random.Random(f"{_ORDER_SEED}/{family}").shuffle(combos)
         for model, hw, mix, extra in combos:
@@ -128,6 +152,10 @@ def code_candidates() -> list[Candidate]:
     return out
 
 
-def candidates() -> list[Candidate]:
-    """Every candidate of the suite, flag families first."""
-    return flag_candidates() + code_candidates()
+def candidates(suite: str = "rsi-bench-v1") -> list[Candidate]:
+    """Every candidate ``suite`` adds to its base (`SUITE_BASES`; v1 has none), flag families first."""
+    if suite == "rsi-bench-v1":
+        return flag_candidates() + code_candidates()
+    if suite == "rsi-bench-v2":
+        return flag_candidates(_SGLANG_GRID)
+    raise SuiteError(f"no plan for suite {suite!r}; plans: ['rsi-bench-v1', 'rsi-bench-v2']")
