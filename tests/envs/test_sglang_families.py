@@ -164,11 +164,18 @@ def test_the_real_tier_and_promotion_run_sglang() -> None:
     promoted.close()
 
 
-def test_serving_yaml_cannot_switch_the_engine_or_set_vllm_s_flags() -> None:
+# What serving.yaml may not carry into an SGLang Batching env: the engine or release switched, vLLM's flags, and
+# SGLang's flags the family does not own.
+_FOREIGN_SERVING = ("engine: vllm\n", "engine_version: '0.26'\n", "max_num_seqs: 64\n",
+                    "max_running_requests: 64\nmax_num_batched_tokens: 8192\n",
+                    "mem_fraction_static: 0.95\n", "disable_radix_cache: true\n", "tp_size: 2\n",
+                    "kv_cache_dtype: fp8_e4m3\n")
+
+
+def test_serving_yaml_cannot_switch_the_engine_or_set_flags_outside_the_family() -> None:
     env = _make("RSI/Batching-v0")
     env.reset(seed=0)
-    for text in ("engine: vllm\n", "engine_version: '0.26'\n", "max_num_seqs: 64\n",
-                 "max_running_requests: 64\nmax_num_batched_tokens: 8192\n"):
+    for text in _FOREIGN_SERVING:
         obs, reward, _ = _edit_serving(env, text)
         assert "not tunable in RSI/Batching-v0" in obs["text"] and reward == 0.0, text
         assert env.config == SglangConfig()
@@ -183,17 +190,6 @@ def test_a_vllm_configuration_never_lands_in_an_sglang_env() -> None:
         env.check_config(EngineConfig(max_num_seqs=64))
     with pytest.raises(RsiEnvError, match="unexpected keyword argument 'max_num_seqs'"):
         _make("RSI/Batching-v0", warm_start={"max_num_seqs": 64}).reset(seed=0)
-    env.close()
-
-
-def test_serving_yaml_cannot_set_sglang_flags_the_family_does_not_own() -> None:
-    env = _make("RSI/Batching-v0")
-    env.reset(seed=0)
-    for text in ("mem_fraction_static: 0.95\n", "disable_radix_cache: true\n", "tp_size: 2\n",
-                 "kv_cache_dtype: fp8_e4m3\n"):
-        obs, _, _ = _edit_serving(env, text)
-        assert "not tunable in RSI/Batching-v0" in obs["text"], text
-        assert env.config == SglangConfig()
     env.close()
 
 
