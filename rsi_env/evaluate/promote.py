@@ -50,7 +50,8 @@ __all__ = ["estimated_makespan_s", "load_candidates", "main", "read_results", "r
 
 
 def load_candidates(plan: EvalPlan) -> dict[str, Any]:
-    """The search stage's output for ``plan``; a clear error if it is missing or belongs to another plan."""
+    """The search stage's output for ``plan``; a clear error if it is missing, belongs to another plan or names an
+    engine there is no real tier for (before any engine starts)."""
     p = Path(plan.candidates)
     if not p.is_file():
         raise RsiEnvError(f"no candidates at {p}: run the search stage first (rsi-env eval --plan {plan.source} "
@@ -58,6 +59,10 @@ def load_candidates(plan: EvalPlan) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(p.read_text())
     if doc.get("plan") != plan.name:
         raise RsiEnvError(f"{p} holds the candidates of plan {doc.get('plan')!r}, not {plan.name!r}")
+    try:
+        get_engine(doc.get("engine", "vllm"))
+    except RsiEnvError as exc:
+        raise RsiEnvError(f"{p}: the candidates' {exc}") from None
     return doc
 
 

@@ -160,6 +160,10 @@ def test_promote_needs_the_search_first(plan):
     run_search(plan)
     with pytest.raises(RsiEnvError, match="not 'other'"):
         load_candidates(other)
+    doc = json.loads(plan.candidates.read_text())
+    plan.candidates.write_text(json.dumps({**doc, "engine": "tensorrt"}))
+    with pytest.raises(RsiEnvError, match=r"candidates.*engine must be one of \['sglang', 'vllm'\]"):
+        run_promote(plan)  # refused before any engine starts, not a traceback in a run's thread
 
 
 def test_the_shipped_h200_plan_fits_two_gpus_in_its_deadline():
