@@ -8,7 +8,9 @@ killed whole at its timeout — on the local GPUs in parallel: a configuration t
 GPUs (tensor x pipeline x data parallel) waits for ``k`` free ones and gets them through
 ``CUDA_VISIBLE_DEVICES``. The engine's defaults go first (the real score of every candidate is measured
 against them), then the candidates in sim order, then the plan's probes (changes the output guard
-should catch). One JSON line per configuration is appended to
+should catch). Each row names the card it was measured on: the plan's unless ``--hardware`` names another (a
+lease that gives another card than the search priced); one results file holds one card's rows. One JSON line per
+configuration is appended to
 ``<out>/real.jsonl`` as it finishes, so a run cut short keeps what it measured, and a second run
 skips what is there. Nothing starts that would not finish before the deadline by its estimate,
 and no run outlives the deadline; an interrupted promote (Ctrl-C, SIGTERM) kills every running
@@ -46,7 +48,7 @@ from rsi_env.evaluate.plan import EvalPlan, load_plan
 from rsi_env.real.tier import RealTier, group_members
 from rsi_env.store.recorded import Recorded
 
-__all__ = ["estimated_makespan_s", "load_candidates", "main", "read_results", "run_promote"]
+__all__ = ["estimated_makespan_s", "load_candidates", "main", "measured_hardware", "read_results", "run_promote"]
 
 
 def load_candidates(plan: EvalPlan) -> dict[str, Any]:
@@ -102,8 +104,9 @@ class _Pool:
         self.cond = threading.Condition()
 
 
-def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: list[str], timeout_s: float,
-             out: Path, lock: threading.Lock, running: dict[str, RealTier], stop: threading.Event) -> None:
+def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, hardware: str, gpus: list[str],
+             timeout_s: float, out: Path, lock: threading.Lock, running: dict[str, RealTier],
+             stop: threading.Event) -> None:
     env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if any(gpus) else {}
     kind = get_engine(doc.get("engine", "vllm"))
     tier = RealTier(timeout_s=timeout_s, record_tokens=plan.promote.record_tokens, env=env, engine=kind.name)
@@ -119,14 +122,14 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, gpus: l
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         tels = measure.measure_all(kind.make(entry["flags"]), load_model(doc["model"]),
-                                   load_hardware(doc["hardware"]), workloads)
+                                   load_hardware(hardware), workloads)
     finally:
         running.pop(entry["name"], None)
     wall = time.monotonic() - t0
     rows = {r["workload"]: r for r in tier.last_rows}
     row = {
         "name": entry["name"], "flags": entry["flags"], "policy": entry.get("policy"),
-        "gpus": [g for g in gpus if g], "num_gpus": entry["num_gpus"],
+        "gpus": [g for g in gpus if g], "num_gpus": entry["num_gpus"], "hardware": hardware,
         "started": when, "wall_s": round(wall, 2), "gpu_s": round(wall * entry["num_gpus"], 2),
         "startup_s": next((r["startup_s"] for r in rows.values()), None),
         "engine": kind.name, "engine_version": tier.engine_version, "workloads": [w.name for w in workloads],
@@ -160,18 +163,31 @@ def _kill_running(running: dict[str, RealTier], threads: Sequence[threading.Thre
         time.sleep(0.05)
 
 
+def measured_hardware(doc: dict[str, Any], row: dict[str, Any]) -> str:
+    """The card a real row was measured on; rows written before promote recorded it were the searched card's."""
+    return str(row.get("hardware") or doc["hardware"])
+
+
 def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | None = None, fresh: bool = False,
-                only: Sequence[str] = ()) -> list[dict[str, Any]]:
+                only: Sequence[str] = (), hardware: str | None = None) -> list[dict[str, Any]]:
     """Measure the plan's defaults, candidates and probes on real; returns every row in ``<out>/real.jsonl``.
 
     ``gpus``: ids to pin runs to (none: one run at a time, unpinned); ``deadline_s``: seconds from now
-    (the plan's by default); ``fresh``: start the results over; ``only``: these names only.
+    (the plan's by default); ``fresh``: start the results over; ``only``: these names only; ``hardware``: the
+    card to measure on where it is not the one the search priced (the real tier checks it is the card present).
+    A results file holding another card's rows is refused before any engine starts: scores against defaults
+    measured on another card mean nothing.
     """
     doc = load_candidates(plan)
+    hw = load_hardware(hardware or doc["hardware"]).name
     out = Path(plan.out) / "real.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     if fresh and out.exists():
         out.unlink()
+    other = sorted({measured_hardware(doc, r) for r in read_results(plan)} - {hw})
+    if other:
+        raise RsiEnvError(f"{out} holds rows measured on {', '.join(other)}; this run measures on {hw}: give it "
+                          "another --out, or --fresh to start the results over")
     done = {r["name"] for r in read_results(plan)}
     todo = [e for e in [doc["defaults"], *doc["candidates"], *doc.get("probes", [])]
             if e["name"] not in done and (not only or e["name"] in only)]
@@ -188,7 +204,7 @@ def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | No
 
     def job(entry: dict[str, Any], ids: list[str], timeout_s: float) -> None:
         try:
-            _run_one(entry, doc, plan, ids, timeout_s, out, lock, running, stop)
+            _run_one(entry, doc, plan, hw, ids, timeout_s, out, lock, running, stop)
         finally:
             with pool.cond:
                 pool.free.extend(ids)
@@ -241,13 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated names (defaults,c1,...) to measure")
     p.add_argument("--out", default=None, help="folder for real.jsonl (default: the plan's out)")
     p.add_argument("--fresh", action="store_true", help="start <out>/real.jsonl over instead of skipping what is there")
+    p.add_argument("--hardware", default=None,
+                   help="the card to measure on, where it is not the one the search priced (default: the plan's)")
     args = p.parse_args(argv)
     try:
         plan = load_plan(args.plan)
         if args.out:
             plan = dataclasses.replace(plan, out=Path(args.out))
         rows = run_promote(plan, [g for g in args.gpus.split(",") if g.strip()], args.deadline_s, args.fresh,
-                       [s for s in args.only.split(",") if s])
+                       [s for s in args.only.split(",") if s], args.hardware)
     except RsiEnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

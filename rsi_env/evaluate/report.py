@@ -21,7 +21,7 @@ from rsi_env.engine.task import load_task
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.evaluate.fidelity import mape, real_only_gpu_s, spearman
 from rsi_env.evaluate.plan import EvalPlan
-from rsi_env.evaluate.promote import load_candidates, read_results
+from rsi_env.evaluate.promote import load_candidates, measured_hardware, read_results
 from rsi_env.reward.guards import output_guard
 from rsi_env.reward.objective import adjusted_value, metric_value, score
 
@@ -77,9 +77,11 @@ def build_report(plan: EvalPlan, doc: dict[str, Any] | None = None,
     sim_pick = cands[0] if cands else None
     spent = [float(x["gpu_s"]) for x in rows if x["gpu_s"] is not None]
     evals = int(doc["sim_evaluations"])
+    cards = sorted({measured_hardware(doc, r) for r in results}) or [doc["hardware"]]
     real_only = real_only_gpu_s(evals, spent)
     return {
         "plan": plan.name, "env": doc["env"], "model": doc["model"], "hardware": doc["hardware"],
+        "real_hardware": ", ".join(cards),  # one card unless real.jsonl was assembled by hand
         "metric": task.metric, "workloads": names, "selection": doc.get("selection"),
         "engine": doc.get("engine", "vllm"),
         # rows of promote runs before SGLang name the vLLM release only
@@ -131,7 +133,10 @@ def render_markdown(rep: dict[str, Any]) -> str:
     label = get_engine(rep.get("engine", "vllm")).label
     head = ["config", "flags", *[f"{w} sim / real ({rep['metric']}, SLO-adj.)" for w in ws],
             "score sim / real (%)", "outputs", "real error"]
-    lines = [f"## Two-tier evaluation: {rep['plan']} ({rep['env']}, {rep['model']} on {rep['hardware']}, "
+    real_hw = rep.get("real_hardware") or rep["hardware"]
+    card = (f" on {rep['hardware']}" if real_hw == rep["hardware"]
+            else f", searched for {rep['hardware']}, measured on {real_hw}")
+    lines = [f"## Two-tier evaluation: {rep['plan']} ({rep['env']}, {rep['model']}{card}, "
              f"real: {label} {rep['real_engine_version']}; sim: {label} {rep['sim_engine_version']}, calibration "
              f"{rep['calibration']})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rep["rows"]:

@@ -70,7 +70,7 @@ class FakeRealTier:
             FakeRealTier.running += 1
             FakeRealTier.max_running = max(FakeRealTier.max_running, FakeRealTier.running)
             FakeRealTier.calls.append({"flags": cfg.to_dict(only_set=True), "env": dict(self.env),
-                                       "timeout_s": self.timeout_s})
+                                       "timeout_s": self.timeout_s, "hardware": load_hardware(hardware).name})
         try:
             time.sleep(self.sleep_s)
             flags = cfg.to_dict(only_set=True)

@@ -123,6 +123,44 @@ def test_report_without_real_defaults_has_no_real_scores(searched):
     assert all(math.isnan(r["real_score"]) for r in rep["rows"]) and math.isnan(rep["fidelity"]["spearman"])
 
 
+def test_promote_on_another_card_than_the_search_priced_labels_its_rows_and_report(searched):
+    """A lease that gives an H100 for a plan searched for the H200: the rows say which card measured them and the
+    report names both (its sim columns are the other card's predictions), instead of a candidates file edited by hand."""
+    plan, doc = searched
+    assert doc["hardware"] == "h200"
+    rows = run_promote(plan, only=["defaults", "c1"], hardware="h100-sxm")
+    assert {c["hardware"] for c in FakeRealTier.calls} == {"h100-sxm"}
+    assert [r["hardware"] for r in rows] == ["h100-sxm", "h100-sxm"]
+    rep = build_report(plan)
+    assert rep["hardware"] == "h200" and rep["real_hardware"] == "h100-sxm"
+    assert "searched for h200, measured on h100-sxm" in render_markdown(rep)
+
+
+def test_promote_refuses_to_mix_cards_in_one_results_file(searched):
+    plan, _ = searched
+    run_promote(plan, only=["defaults"])  # on the searched card, h200
+    FakeRealTier.reset()
+    with pytest.raises(RsiEnvError, match=r"measured on h200.*this run measures on h100-sxm.*--fresh"):
+        run_promote(plan, only=["c1"], hardware="h100-sxm")
+    assert FakeRealTier.calls == []  # refused before any engine started
+    with pytest.raises(RsiEnvError, match="unknown hardware|h999"):
+        run_promote(plan, only=["c1"], hardware="h999")
+    rows = run_promote(plan, only=["c1"], hardware="h100-sxm", fresh=True)
+    assert [(r["name"], r["hardware"]) for r in rows] == [("c1", "h100-sxm")]
+
+
+def test_rows_from_before_the_card_was_recorded_count_as_the_searched_card(searched):
+    plan, _ = searched
+    run_promote(plan, only=["defaults"])
+    out = plan.out / "real.jsonl"
+    out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "hardware"}) + "\n"
+                           for r in read_results(plan)))
+    rep = build_report(plan)
+    assert rep["real_hardware"] == "h200" and "searched for" not in render_markdown(rep)
+    run_promote(plan, only=["c1"])  # the same card: appended, no refusal
+    assert [r["name"] for r in read_results(plan)] == ["defaults", "c1"]
+
+
 def test_estimated_makespan():
     e = [{"est_real_s": 100, "num_gpus": 1}, {"est_real_s": 50, "num_gpus": 1}, {"est_real_s": 30, "num_gpus": 1},
          {"est_real_s": 40, "num_gpus": 2}]
