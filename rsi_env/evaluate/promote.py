@@ -136,6 +136,7 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, hardwar
         "telemetry": [t.to_dict() for t in tels],
         "output_token_ids": {w: (r["counters"].get("output_token_ids") or {}) for w, r in rows.items()},
         "steps": {w: r["steps"] for w, r in rows.items() if "steps" in r},  # the engine's step trace, per workload
+        "passes": {w: r["passes"] for w, r in rows.items() if r.get("passes")},  # SGLang's logged passes
         "error": next((t.error for t in tels if t.error), None),
     }
     if stop.is_set():  # interrupted: the run was killed, not measured

@@ -17,8 +17,10 @@ SGLang's own counters: per request, the final stream chunk's ``meta_info`` (``ca
 gauges (`rsi_env.real.sglang_metrics`: running and queued requests, KV pool use), sampled through the workload,
 give the mean batch and the KV peak; its counters are read before and after. The row records what the engine
 resolved (``resolved``: `rsi_env.real.sglang_args.resolved_flags`; ``server_args``: every field) and SGLang's
-version. Left out, and named in the row's ``unavailable``: the per-step trace and the profiled replay the vLLM
-driver adds (no SGLang counterpart is wired here), so the telemetry's ``profile`` is empty.
+version. Each row's ``passes`` are SGLang's logged passes during the workload (`rsi_env.real.sglang_passes`: every
+prefill pass, every ``decode_log_interval``-th decode pass, with running and queued requests). Left out, and named in
+the row's ``unavailable``: a per-step trace of every pass and the profiled replay the vLLM driver adds (no SGLang
+counterpart is wired here), so the telemetry's ``profile`` is empty.
 """
 
 from __future__ import annotations
@@ -46,12 +48,14 @@ from rsi_env.real.host import CpuShares, cpu_probe_ms, gpu_names, host_info, wro
 from rsi_env.real.schedule import run_schedule
 from rsi_env.real.sglang_args import engine_kwargs, resolved_flags
 from rsi_env.real.sglang_metrics import gauge_summary, read_metrics
+from rsi_env.real.sglang_passes import LoggedPasses
 from rsi_env.real.warmup import warmup_workloads
 
 __all__ = ["UNAVAILABLE", "main", "run_trace"]
 
 UNAVAILABLE = {
-    "steps": "no per-step trace: SGLang's scheduler keeps no per-step record the driver can read",
+    "steps": "no per-step trace: SGLang's scheduler keeps no per-step record the driver can read; its logged passes "
+             "(every prefill, one decode pass in decode_log_interval) are in the row's passes",
     "profile": "not profiled: the SGLang driver runs no profiled replay",
 }
 SAMPLE_EVERY_S = 0.05
@@ -155,7 +159,7 @@ def _flush(engine: Any, tries: int = 100) -> None:
 
 
 def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dict[str, Any], startup: float,
-             host: dict[str, Any], version: str) -> None:
+             host: dict[str, Any], version: str, log: LoggedPasses) -> None:
     """Warm up, then measure every workload and append its row to ``args.out``."""
     spec, hw = load_model(args.model), load_hardware(args.hardware)
     resolved = resolved_flags(info)
@@ -173,8 +177,10 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
         trace = w.trace()
         probe_w = cpu_probe_ms()  # the CPU's state right before this workload, engine started and idle
         t_w = time.perf_counter()
+        start = log.mark(settle_s=0.2)  # the warm-up's and the last workload's lines are read by now
         timings, c = run(run_trace(engine, trace, spec.vocab_size, w.name, record=args.record_tokens,
                                    incremental=incremental))
+        passes = LoggedPasses.columns(log.since(start))
         c["cpu_probe_ms"] = probe_w
         q = c["prefix_cache_queries"]
         tel = summarize(
@@ -197,6 +203,7 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
                          "first_token_s": timings.first_token.round(6).tolist(),
                          "finish_s": timings.finish.round(6).tolist()},
             "min_tokens": False, "steps": None, "profile": {"error": UNAVAILABLE["profile"]},
+            "passes": {"decode_log_interval": resolved.get("decode_log_interval"), "lines": passes},
             "unavailable": UNAVAILABLE,
         }
         with open(args.out, "a") as f:
@@ -230,15 +237,16 @@ def _start(args: argparse.Namespace) -> int:
             print(f"rsi-env-error: invalid_config: {exc}", file=sys.stderr)
             return 2
         probe = cpu_probe_ms()  # before the engine's processes start beside it (see vllm_driver)
-        t_start = time.perf_counter()
-        engine = Engine(**kwargs)
-        try:
-            startup = time.perf_counter() - t_start
-            info = engine.get_server_info()
-            print(json.dumps({"startup_s": startup, "resolved": resolved_flags(info)}, default=str), flush=True)
-            _measure(args, engine, cfg, info, startup, host_info(cpu_probe=probe), sglang.__version__)
-        finally:
-            engine.shutdown()
+        with LoggedPasses() as log:  # SGLang's processes inherit its stderr: their pass lines are read there
+            t_start = time.perf_counter()
+            engine = Engine(**kwargs)
+            try:
+                startup = time.perf_counter() - t_start
+                info = engine.get_server_info()
+                print(json.dumps({"startup_s": startup, "resolved": resolved_flags(info)}, default=str), flush=True)
+                _measure(args, engine, cfg, info, startup, host_info(cpu_probe=probe), sglang.__version__, log)
+            finally:
+                engine.shutdown()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0

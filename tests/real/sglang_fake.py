@@ -7,8 +7,9 @@ returning an async iterator of ``{"output_ids": [...so far], "meta_info": {...}}
 cumulative ``completion_tokens``, ``prompt_tokens``, ``cached_tokens``, ``num_retractions`` and, on the last chunk
 only, ``finish_reason`` (``{"type": "length", ...}``, or ``{"type": "abort", "message": ...}``); ``flush_cache()``
 that refuses once while requests are pending; ``get_server_info()`` with the server args, the scheduler's sizes and
-``internal_states``. With ``incremental_streaming_output`` a chunk's ``output_ids`` are its new tokens only, else all
-so far. Its prefix cache is the longest prefix shared with any earlier prompt since the last flush.
+``internal_states``; one "Prefill batch, ..." line on fd 2 per request, as SGLang's scheduler logs each prefill
+pass (one request a pass here). With ``incremental_streaming_output`` a chunk's ``output_ids`` are its new tokens
+only, else all so far. Its prefix cache is the longest prefix shared with any earlier prompt since the last flush.
 
 `install` writes a package named ``sglang`` that re-exports these, so a driver process started with it on its
 ``PYTHONPATH`` imports them as SGLang.
@@ -100,6 +101,10 @@ class FakeEngine:
         self.calls.append({"rid": rid, "input_ids": list(input_ids), "sampling_params": dict(sampling_params)})
         cached = self._cached(list(input_ids))
         self.seen.append(list(input_ids))
+        # SGLang's scheduler process logs each prefill pass to the stderr it inherits (metrics_reporter's format)
+        os.write(2, (f"[fake] Prefill batch, #new-seq: 1, #new-token: {len(input_ids) - cached}, #cached-token: "
+                     f"{cached}, token usage: 0.00, #running-req: {self.pending}, #queue-req: 0, #pending-token: 0, "
+                     "cuda graph: False, input throughput (token/s): 0.00\n").encode())
         n = int(sampling_params["max_new_tokens"]) - (1 if rid in self.short else 0)
         self.pending += 1
 

@@ -170,6 +170,9 @@ def test_the_driver_writes_one_row_per_workload_with_the_telemetry_and_what_sgla
         assert tel["num_gpu_blocks"] == sglang_fake.KV_TOKENS  # pages of one token
         assert tel["kv_cache_usage_peak"] == 0.5 and tel["mean_batch_size"] == 4.0
         assert set(r["unavailable"]) == {"steps", "profile"} and not any(tel["profile"].values())
+        lines = r["passes"]["lines"]  # the stand-in logs one prefill pass a request, after the warm-up's
+        assert r["passes"]["decode_log_interval"] == 40 and lines["kind"] == ["prefill"] * w.requests
+        assert sum(lines["new_token"]) + sum(lines["cached_token"]) == int(w.trace().prompt_len.sum())
     assert rows[0]["telemetry"]["prefix_cache_hit_rate"] == 0.0 < rows[1]["telemetry"]["prefix_cache_hit_rate"]
 
 
