@@ -114,7 +114,10 @@ class LoggedPasses:
             now = time.perf_counter()
             for raw in lines:
                 if b" batch" in raw and len(raw) <= _LONGEST_LINE:
-                    p = parse_pass(raw.decode("utf-8", "replace"))
+                    try:
+                        p = parse_pass(raw.decode("utf-8", "replace"))
+                    except Exception:  # noqa: BLE001 - a line it cannot read must not stop the pipe's draining
+                        p = None
                     if p is not None:
                         p["t"] = now
                         self._passes.append(p)

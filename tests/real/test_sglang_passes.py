@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import rsi_env.real.sglang_passes as passes_mod
 from rsi_env.real.sglang_passes import LoggedPasses, parse_pass
 
 PREFILL = ("[2026-12-06 03:00:33] Prefill batch, #new-seq: 3, #new-token: 240, #cached-token: 16, token usage: 0.01, "
@@ -32,7 +33,8 @@ def test_a_prefill_and_a_decode_line_parse_to_their_counts():
 
 
 def _child(code: str) -> None:
-    subprocess.run([sys.executable, "-c", code], check=True)  # inherits this process's fd 2, as SGLang's do
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)  # inherits fd 2, as SGLang's processes do;
+    # a reader that stopped draining would block it on a full pipe: TimeoutExpired, not a hung test
 
 
 def test_passes_written_by_a_child_process_are_read_and_still_reach_stderr(capfd):
@@ -60,3 +62,21 @@ def test_the_trace_keeps_each_pass_in_columns():
         _child(f"import sys; [print({PREFILL!r}, file=sys.stderr) for _ in range(3)]")
         trace = LoggedPasses.columns(log.since(0, settle_s=2.0, expect=3))
     assert trace["kind"] == ["prefill"] * 3 and trace["new_token"] == [240] * 3 and len(trace["t"]) == 3
+
+
+def test_a_line_the_parser_chokes_on_does_not_stop_the_draining(monkeypatch, capfd):
+    """Were the reader to stop, SGLang's processes would block on a full pipe: the engine would hang."""
+    real = passes_mod.parse_pass
+
+    def choke(line: str):
+        if "#new-seq: 1," in line:
+            raise IndexError("a format nobody foresaw")
+        return real(line)
+
+    monkeypatch.setattr(passes_mod, "parse_pass", choke)
+    odd = PREFILL.replace("#new-seq: 3,", "#new-seq: 1,")
+    with LoggedPasses() as log:
+        _child(f"import sys; print({odd!r}, file=sys.stderr); sys.stderr.write('y' * 300_000 + '\\n'); "
+               f"print({DECODE!r}, file=sys.stderr)")
+        got = log.since(0, settle_s=3.0, expect=1)
+    assert [p["kind"] for p in got] == ["decode"] and odd in capfd.readouterr().err
