@@ -175,9 +175,9 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
     for w in (Workload.from_yaml(p) for p in args.workload):
         _flush(engine)
         trace = w.trace()
+        start = log.mark(settle_s=0.2)  # the warm-up's and the last workload's lines are read by now
         probe_w = cpu_probe_ms()  # the CPU's state right before this workload, engine started and idle
         t_w = time.perf_counter()
-        start = log.mark(settle_s=0.2)  # the warm-up's and the last workload's lines are read by now
         timings, c = run(run_trace(engine, trace, spec.vocab_size, w.name, record=args.record_tokens,
                                    incremental=incremental))
         passes = LoggedPasses.columns(log.since(start))
