@@ -15,6 +15,7 @@ import numpy as np
 from rsi_env.calibrate.metrics import spearman
 from rsi_env.calibrate.samples import Sample
 from rsi_env.engine.config import EngineConfig
+from rsi_env.engine.engines import engine_of
 from rsi_env.engine.hardware import HardwareSpec
 from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import Telemetry
@@ -26,7 +27,7 @@ __all__ = ["ape", "evaluate", "predict", "rank_agreement"]
 
 def predict(s: Sample, cal: Calibration, hw: HardwareSpec) -> Telemetry:
     """The simulator's telemetry for what the sample ran, under ``cal``: SGLang's sim for an SGLang release."""
-    if s.engine_version.startswith("sglang-"):
+    if engine_of(s.engine_version).name == "sglang":
         from rsi_env.sim.sglang import simulate_sglang_detailed
 
         return simulate_sglang_detailed(s.flags, load_model(s.model), hw, s.workload, calibration=cal)[0]

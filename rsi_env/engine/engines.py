@@ -18,7 +18,7 @@ from rsi_env.engine.model import ModelSpec
 from rsi_env.engine.sglang_config import SGLANG_FLAGS, SglangConfig
 from rsi_env.errors import RsiEnvError
 
-__all__ = ["ENGINES", "SGLANG_RELEASE", "AnyConfig", "EngineKind", "get_engine", "row_engine"]
+__all__ = ["ENGINES", "SGLANG_RELEASE", "AnyConfig", "EngineKind", "engine_of", "get_engine", "row_engine"]
 
 AnyConfig = EngineConfig | SglangConfig
 SGLANG_RELEASE = "sglang-0.5.17"  # the SGLang release the sim models and the real tier installs
@@ -80,6 +80,12 @@ def get_engine(name: str) -> EngineKind:
     if not isinstance(name, str) or name not in ENGINES:
         raise RsiEnvError(f"engine must be one of {sorted(ENGINES)}, got {name!r}")
     return ENGINES[name]
+
+
+def engine_of(engine_version: str) -> EngineKind:
+    """The engine whose release ``engine_version`` names: SGLang's for ``sglang-<release>``, else vLLM's."""
+    return next((e for e in ENGINES.values() if e.version_prefix and engine_version.startswith(e.version_prefix)),
+                ENGINES["vllm"])
 
 
 def row_engine(raw: Mapping[str, Any]) -> tuple[EngineKind, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from rsi_env.engine.engines import engine_of
 from rsi_env.engine.tier import Cached, Tier
 from rsi_env.errors import RsiEnvError
 from rsi_env.real.endpoint import EndpointTier
@@ -28,7 +29,7 @@ ENDPOINT = "endpoint:"  # tier="endpoint:http://host:port": a running OpenAI-com
 def sim_tier(engine_version: str, capacity: int = 20000) -> Cached:
     """A fresh sim tier of a vLLM release, or of SGLang's (``sglang-0.5.17``): the simulator, recorded, behind a
     cache of its measurements."""
-    if engine_version.startswith("sglang-"):  # SGLang's simulator loads only where it is asked for
+    if engine_of(engine_version).name == "sglang":  # SGLang's simulator loads only where it is asked for
         from rsi_env.sim.sglang import SGLANG_SIM_VERSION, SglangSimTier
 
         if engine_version != SGLANG_SIM_VERSION:
@@ -54,7 +55,7 @@ def get_tier(tier: str, engine_version: str) -> Tier:
     if tier == "sim":
         return sim_tier(engine_version)
     if tier == "real":
-        return Recorded(real_tier("sglang" if engine_version.startswith("sglang-") else "vllm"))
+        return Recorded(real_tier(engine_of(engine_version).name))
     if tier.startswith(ENDPOINT) and len(tier) > len(ENDPOINT):
         return Recorded(EndpointTier(tier.removeprefix(ENDPOINT), engine_version=engine_version))
     raise RsiEnvError(f"unknown tier {tier!r}: use 'sim', 'real' or 'endpoint:URL' (a running server)")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rsi_env.engine.config import EngineConfig, ResolvedConfig
+from rsi_env.engine.engines import engine_of
 from rsi_env.engine.hardware import HardwareSpec, load_hardware
 from rsi_env.engine.model import ModelSpec, load_model
 from rsi_env.engine.profile import Profile
@@ -34,7 +35,7 @@ __all__ = ["SimTier", "sim_calibration", "simulate", "simulate_detailed", "store
 def sim_calibration(hardware: str, engine_version: str) -> Calibration:
     """The calibration the sim tier of ``engine_version`` prices ``hardware`` with: vLLM's fit of the chip, or for
     an SGLang release (``sglang-0.5.17``) SGLang's own (`rsi_env.sim.sglang.simulate.sglang_calibration`)."""
-    if engine_version.startswith("sglang-"):  # SGLang's simulator loads only where it is asked for
+    if engine_of(engine_version).name == "sglang":  # SGLang's simulator loads only where it is asked for
         from rsi_env.sim.sglang.simulate import sglang_calibration
 
         return sglang_calibration(hardware)
