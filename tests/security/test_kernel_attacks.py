@@ -114,7 +114,10 @@ def silu_and_mul(out, x):
 # Deferred work leaves the poison in the timed sets; under load the drawn set's full check (its outputs unwritten,
 # NaN) can be the one that meets it first: either refusal is the measurement's.
 _DEFERRED = ("NaN poison", "are NaN on")
-ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)), "background thread": (BACKGROUND_THREAD, _DEFERRED),
+ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)),
+           # Its thread computes beside the harness: on a loaded two-core host (CI, 2026-12-06) the measurement can
+           # run out of the step's 15 s before a check meets the poison; refused either way, paid nothing.
+           "background thread": (BACKGROUND_THREAD, (*_DEFERRED, "does the kernel hang")),
            "content cache": (CONTENT_CACHE, ("NaN poison",)),
            "pointer cache": (POINTER_CACHE, ("differs from the float64 reference",)),
            # Under load the early reply can also meet the drawn set's full check first: its outputs unwritten.
