@@ -114,10 +114,7 @@ def silu_and_mul(out, x):
 # Deferred work leaves the poison in the timed sets; under load the drawn set's full check (its outputs unwritten,
 # NaN) can be the one that meets it first: either refusal is the measurement's.
 _DEFERRED = ("NaN poison", "are NaN on")
-ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)),
-           # Its thread computes beside the harness: on a loaded two-core host (CI, 2026-12-06) the measurement can
-           # run out of the step's 15 s before a check meets the poison; refused either way, paid nothing.
-           "background thread": (BACKGROUND_THREAD, (*_DEFERRED, "does the kernel hang")),
+ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)), "background thread": (BACKGROUND_THREAD, _DEFERRED),
            "content cache": (CONTENT_CACHE, ("NaN poison",)),
            "pointer cache": (POINTER_CACHE, ("differs from the float64 reference",)),
            # Under load the early reply can also meet the drawn set's full check first: its outputs unwritten.
@@ -129,9 +126,17 @@ ATTACKS = {"patched save": (PATCHED_SAVE, ("NaN poison",)),
            "hanging call": (HANGING_CALL, ("does it hang", "does the kernel hang"))}
 
 
-def _episode(source: str) -> dict[str, Any]:
+# The step's time for the agent's code where the attack does not hang: on a loaded two-core host (pytest 30 minutes
+# instead of 21, 2026-12-06) the 15 s ran out before the checks met the patched save's or the thread's poison, and the
+# test would see the deadline's refusal instead of the one it is about. The hanging call keeps the env's 15 s.
+ATTACK_STEP_S = 60.0
+
+
+def _episode(source: str, step_s: float | None = None) -> dict[str, Any]:
     """A bench and a submit of ``source`` in one RSI/Kernel-v1 episode: what each returned."""
     env = gym.make("RSI/Kernel-v1", op="silu_and_mul", sandbox=BACKEND).unwrapped
+    if step_s is not None:
+        env.action_timeout_s = step_s
     try:
         env.reset(seed=0)
         env.step({"kind": 1, "path": "kernel.py", "old": "", "new": source})
@@ -146,7 +151,8 @@ def _episode(source: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module", params=sorted(ATTACKS))
 def attacked(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    return request.param, _episode(ATTACKS[request.param][0])
+    return request.param, _episode(ATTACKS[request.param][0],
+                                   None if request.param == "hanging call" else ATTACK_STEP_S)
 
 
 def test_the_attack_is_refused_by_the_measurement(attacked: tuple[str, dict[str, Any]]):
