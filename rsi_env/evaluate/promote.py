@@ -185,11 +185,12 @@ def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | No
     out.parent.mkdir(parents=True, exist_ok=True)
     if fresh and out.exists():
         out.unlink()
-    other = sorted({measured_hardware(doc, r) for r in read_results(plan)} - {hw})
+    existing = read_results(plan)
+    other = sorted({measured_hardware(doc, r) for r in existing} - {hw})
     if other:
         raise RsiEnvError(f"{out} holds rows measured on {', '.join(other)}; this run measures on {hw}: give it "
                           "another --out, or --fresh to start the results over")
-    done = {r["name"] for r in read_results(plan)}
+    done = {r["name"] for r in existing}
     todo = [e for e in [doc["defaults"], *doc["candidates"], *doc.get("probes", [])]
             if e["name"] not in done and (not only or e["name"] in only)]
     pool = _Pool(list(gpus))
