@@ -25,9 +25,11 @@ from hypothesis import strategies as st
 
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.workload import Workload
-from rsi_env.tasks.vllm_bugfix.checks import CHECK_NAMES, hidden_job, judge
+from rsi_env.sandbox.hidden import CheckResult
+from rsi_env.tasks.vllm_bugfix import checks as checks_module
+from rsi_env.tasks.vllm_bugfix.checks import CHECK_NAMES, THROUGHPUT_RETAKES, hidden_job, judge
 from rsi_env.tasks.vllm_bugfix.env import BENCH_REPS, WORKLOAD_DIR
-from rsi_env.tasks.vllm_bugfix.runs import EngineRun, job_for, read_report
+from rsi_env.tasks.vllm_bugfix.runs import ENGINE_ARGS, EngineRun, job_for, read_report
 from rsi_env.tasks.vllm_bugfix.tier import UNVERIFIED_RATE, judge_bench
 
 SAME = ("tokens", "steps", "preemptions", "prefix_hits", "prefix_queries")
@@ -115,7 +117,7 @@ def test_a_malformed_report_is_judged_never_raised_and_passes_only_with_the_clea
     if all(c.ok for c in res):
         assert _checked_equal(got, CLEAN_HIDDEN)
     # the throughput's second measurement is the agent's too
-    again = judge(EngineRun(copy.deepcopy(CLEAN_HIDDEN)), CLEAN_HIDDEN, HIDDEN, fresh_clean=CLEAN_HIDDEN, again=got)
+    again = judge(EngineRun(copy.deepcopy(CLEAN_HIDDEN)), CLEAN_HIDDEN, HIDDEN, [(CLEAN_HIDDEN, got)])
     assert [c.name for c in again] == list(CHECK_NAMES)
 
 
@@ -178,3 +180,61 @@ def test_a_report_is_read_only_under_the_supervisors_signature():
         run = read_report(forged.encode(), secret)
         assert run.out == {} and "signature" in (run.error or ""), run
     assert "left no report" in (read_report(None, secret, "the log", "exit 1").error or "")
+
+
+def _scripted_check(monkeypatch: pytest.MonkeyPatch, workspace: list[float], clean: list[float],
+                    first_clean: float = 1.0) -> tuple[list[CheckResult], list[str]]:
+    """`check_workspace` where each engine run's supervisor times are the next factor of ``workspace`` (the
+    workspace's runs) or ``clean`` (fresh clean runs) times the clean report's; the order the runs came in."""
+    order: list[str] = []
+    ws, cl = iter(workspace), iter(clean)
+
+    def run_engine(files: Any, job: Any, shadowed: Any, backend: str, timeout_s: float = 0.0,
+                   trusted: bool = False) -> EngineRun:
+        order.append("clean" if trusted else "workspace")
+        return EngineRun(_scaled(CLEAN_HIDDEN, reported=1.0, measured=next(cl) if trusted else next(ws)))
+
+    monkeypatch.setattr(checks_module, "run_engine", run_engine)
+    monkeypatch.setattr(checks_module, "clean_run",
+                        lambda *a, **k: EngineRun(_scaled(CLEAN_HIDDEN, reported=1.0, measured=first_clean)))
+    monkeypatch.setattr(checks_module, "hidden_job", lambda: HIDDEN)
+    files = {ENGINE_ARGS: f"# {len(workspace)} {workspace} {clean}\n"}  # a key of its own: no remembered verdict
+    return checks_module.check_workspace(files, (), fresh=True), order
+
+
+def test_a_throughput_shortfall_is_retaken_beside_fresh_clean_runs_in_alternating_order(monkeypatch):
+    # the first run and two retakes fall short under a co-tenant's load; the third pair is quiet
+    res, order = _scripted_check(monkeypatch, workspace=[1.6, 1.5, 1.6, 1.0], clean=[1.0, 1.0, 1.0])
+    assert all(c.ok for c in res), res
+    assert order == ["workspace", "clean", "workspace", "workspace", "clean", "clean", "workspace"]
+
+
+def test_a_fix_slower_in_earnest_fails_every_retake(monkeypatch):
+    res, order = _scripted_check(monkeypatch, workspace=[1.25] * 4, clean=[1.0] * 3)
+    thr = {c.name: c for c in res}["throughput"]
+    assert not thr.ok and thr.reason.startswith("0.80x"), thr
+    assert order.count("workspace") == 1 + THROUGHPUT_RETAKES and order.count("clean") == THROUGHPUT_RETAKES
+
+
+def test_a_retake_beside_a_slower_clean_run_counts_and_stops_the_retakes(monkeypatch):
+    # the clean engine, measured beside it, was as slowed as the workspace: the pair clears the bar
+    res, order = _scripted_check(monkeypatch, workspace=[1.5, 1.5], clean=[1.5])
+    assert all(c.ok for c in res) and len(order) == 3, (res, order)
+
+
+def test_a_different_schedule_is_never_retaken(monkeypatch):
+    slow_schedule = _scaled(CLEAN_HIDDEN, reported=1.0, measured=1.0)
+    phase = yaml.safe_load(checks_module.CHECKS_FILE.read_text())["throughput_phase"]
+    slow_schedule["phases"][phase][0]["steps"] += 1
+    order: list[str] = []
+
+    def run_engine(*a: Any, trusted: bool = False, **k: Any) -> EngineRun:
+        order.append("clean" if trusted else "workspace")
+        return EngineRun(copy.deepcopy(slow_schedule))
+
+    monkeypatch.setattr(checks_module, "run_engine", run_engine)
+    monkeypatch.setattr(checks_module, "clean_run", lambda *a, **k: EngineRun(copy.deepcopy(CLEAN_HIDDEN)))
+    monkeypatch.setattr(checks_module, "hidden_job", lambda: HIDDEN)
+    res = checks_module.check_workspace({ENGINE_ARGS: "# another schedule\n"}, (), fresh=True)
+    thr = {c.name: c for c in res}["throughput"]
+    assert not thr.ok and thr.reason.endswith("schedule)") and order == ["workspace"], (thr, order)

@@ -20,9 +20,12 @@ same job on the installed vLLM as it is, with the task's clean deployment, is th
   reports them) and makes at least `THROUGHPUT_FLOOR` of its output tokens per engine-second, the
   engine-seconds being the supervisor's own measurement of each repetition (its fastest one,
   `rsi_env.tasks.vllm_bugfix.runs.phase_seconds`; CPU seconds on a CPU build, wall on an accelerator).
-  A shortfall is measured again, a fresh clean run beside a second run of the workspace (a co-tenant
-  moves a run's CPU time by up to ~10 % on a shared host), and passes if the workspace clears the bar
-  against either clean run.
+  A shortfall is measured again, up to `THROUGHPUT_RETAKES` times, each a fresh clean run beside another
+  run of the workspace, in alternating order; it passes if any run of the workspace clears the bar against
+  a clean run measured beside it. A co-tenant moves a run's CPU time by ~10 % on a quiet shared host, and
+  by up to ~40 % where it takes the other hyperthread of a two-core host (0.63x and 0.70x seen for a
+  reference fix in CI, under pytest's second worker); a fix slower in earnest stays slower in every pair,
+  and a schedule that differs is never measured again.
 
 What is believed: a report comes back only under the supervisor's HMAC (`rsi_env.tasks.vllm_bugfix.runs.read_report`,
 refused otherwise), and its ``measured`` times are taken by the supervisor from outside the engine's
@@ -59,7 +62,7 @@ from rsi_env.tasks.vllm_bugfix.runs import (
     run_engine,
 )
 
-__all__ = ["CHECK_NAMES", "CHECKS_FILE", "CLEAN_DEPLOYMENT", "THROUGHPUT_FLOOR", "check_workspace",
+__all__ = ["CHECK_NAMES", "CHECKS_FILE", "CLEAN_DEPLOYMENT", "THROUGHPUT_FLOOR", "THROUGHPUT_RETAKES", "check_workspace",
            "clean_deployment", "hidden_job", "judge", "served", "throughput_ratio"]
 
 CHECKS_FILE = CODE_DIR / "vllm_bugfix" / "hidden" / "checks.yaml"
@@ -67,6 +70,7 @@ CLEAN_DEPLOYMENT = CODE_DIR / "vllm_bugfix" / "engine_args.yaml"
 CHECK_NAMES = ("engine serves the job", "engine configuration", "greedy tokens", "prefix cache", "preemptions",
                "KV blocks free", "throughput")
 THROUGHPUT_FLOOR = 0.95
+THROUGHPUT_RETAKES = 3  # fresh pairs (a clean run, the workspace again) measured for a shortfall, at most
 _VERDICTS: OrderedDict[str, tuple[CheckResult, ...]] = OrderedDict()
 
 
@@ -162,9 +166,10 @@ def throughput_ratio(got: Mapping[str, Any], clean: Mapping[str, Any]) -> float 
 
 
 def judge(got: EngineRun, clean: Mapping[str, Any], job: Mapping[str, Any],
-          fresh_clean: Mapping[str, Any] | None = None, again: Mapping[str, Any] | None = None) -> list[CheckResult]:
+          retakes: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]] = ()) -> list[CheckResult]:
     """The checks on ``got`` against the clean engine's report on the same job (see the module docstring);
-    ``fresh_clean`` and ``again`` are the throughput's second measurement (a clean run, the workspace's run)."""
+    ``retakes`` are the throughput's further measurements, each a fresh clean run and the workspace's run
+    beside it (None where that run did not serve the job)."""
     why = served(got)
     problems = [] if why is not None else _phase_problems(got.out, job)
     if why is not None or problems:
@@ -189,18 +194,18 @@ def judge(got: EngineRun, clean: Mapping[str, Any], job: Mapping[str, Any],
     res.append(CheckResult("KV blocks free", free_ok, "" if free_ok else
                            f"{out.get('free_blocks')} of {out.get('num_blocks')} KV blocks free once every request "
                            "finished: not what the clean engine leaves"))
-    res.append(_throughput(out, clean, fresh_clean, again))
+    res.append(_throughput(out, clean, retakes))
     return res
 
 
-def _throughput(out: Mapping[str, Any], clean: Mapping[str, Any], fresh: Mapping[str, Any] | None,
-                again: Mapping[str, Any] | None) -> CheckResult:
+def _throughput(out: Mapping[str, Any], clean: Mapping[str, Any],
+                retakes: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]]) -> CheckResult:
     name = _spec()["throughput_phase"]
-    runs = [out] + ([again] if again is not None else [])
+    runs = [out] + [again for _, again in retakes if again is not None]
     if any(any(s.startswith(f"{name}[") for s in _differing(r, clean, "steps")) for r in runs):
         return CheckResult("throughput", False, f"{name} took a different number of engine steps from the clean "
                                                 "engine's (a different schedule)")
-    pairs = [(out, clean)] + [(r, fresh) for r in runs if fresh is not None]
+    pairs = [(out, clean)] + [(again, fresh) for fresh, again in retakes if again is not None]
     ratios = [x for r, c in pairs if (x := throughput_ratio(r, c)) is not None]
     if not ratios:
         return CheckResult("throughput", False, "the throughput phase's engine time cannot be read")
@@ -226,15 +231,27 @@ def check_workspace(files: Mapping[str, str], shadowed: Sequence[str], backend: 
     clean = _clean(job, backend, fresh=False)
     got = run_engine(files, job, tuple(shadowed), backend, timeout_s)
     verdict = judge(got, clean, job)
-    if not verdict[-1].ok and verdict[0].ok and not verdict[-1].reason.endswith("schedule)"):
-        fresh_clean = _clean(job, backend, fresh=True)  # the host's load moves a run's CPU time: measure again
-        again = run_engine(files, job, tuple(shadowed), backend, timeout_s)
-        verdict = judge(got, clean, job, fresh_clean, again.out if served(again) is None else None)
+    retakes: list[tuple[dict[str, Any], Mapping[str, Any] | None]] = []
+    while _short_of_time(verdict) and len(retakes) < THROUGHPUT_RETAKES:  # the host's load moves CPU time
+        if len(retakes) % 2 == 0:
+            fresh_clean = _clean(job, backend, fresh=True)
+            again = run_engine(files, job, tuple(shadowed), backend, timeout_s)
+        else:
+            again = run_engine(files, job, tuple(shadowed), backend, timeout_s)
+            fresh_clean = _clean(job, backend, fresh=True)
+        retakes.append((fresh_clean, again.out if served(again) is None else None))
+        verdict = judge(got, clean, job, retakes)
     if not got.timed_out:  # a timeout says as much about the machine's load as about the text: not remembered
         _VERDICTS[key] = tuple(verdict)
         if len(_VERDICTS) > 128:
             _VERDICTS.popitem(last=False)
     return verdict
+
+
+def _short_of_time(verdict: Sequence[CheckResult]) -> bool:
+    """Whether only the throughput's time may have failed the verdict: the engine served the job on the clean
+    schedule but its engine-seconds fell short (what a co-tenant's load can do, and a retake can undo)."""
+    return verdict[0].ok and not verdict[-1].ok and not verdict[-1].reason.endswith("schedule)")
 
 
 def _clean(job: Mapping[str, Any], backend: str, fresh: bool) -> dict[str, Any]:
