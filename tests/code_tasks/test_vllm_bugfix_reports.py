@@ -27,7 +27,7 @@ from rsi_env.engine.hardware import load_hardware
 from rsi_env.engine.workload import Workload
 from rsi_env.sandbox.hidden import CheckResult
 from rsi_env.tasks.vllm_bugfix import checks as checks_module
-from rsi_env.tasks.vllm_bugfix.checks import CHECK_NAMES, THROUGHPUT_RETAKES, hidden_job, judge
+from rsi_env.tasks.vllm_bugfix.checks import CHECK_NAMES, RETAKE_FLOOR, THROUGHPUT_RETAKES, hidden_job, judge
 from rsi_env.tasks.vllm_bugfix.env import BENCH_REPS, WORKLOAD_DIR
 from rsi_env.tasks.vllm_bugfix.runs import ENGINE_ARGS, EngineRun, job_for, read_report
 from rsi_env.tasks.vllm_bugfix.tier import UNVERIFIED_RATE, judge_bench
@@ -238,3 +238,12 @@ def test_a_different_schedule_is_never_retaken(monkeypatch):
     res = checks_module.check_workspace({ENGINE_ARGS: "# another schedule\n"}, (), fresh=True)
     thr = {c.name: c for c in res}["throughput"]
     assert not thr.ok and thr.reason.endswith("schedule)") and order == ["workspace"], (thr, order)
+
+
+def test_a_collapse_beyond_any_hosts_noise_is_not_retaken(monkeypatch):
+    res, order = _scripted_check(monkeypatch, workspace=[1.0 / (RETAKE_FLOOR * 0.9)], clean=[])
+    thr = {c.name: c for c in res}["throughput"]
+    assert not thr.ok and order == ["workspace"], (thr, order)
+    # just above the floor, it is
+    res, order = _scripted_check(monkeypatch, workspace=[1.0 / (RETAKE_FLOOR * 1.1)] * 4, clean=[1.0] * 3)
+    assert order.count("workspace") == 1 + THROUGHPUT_RETAKES

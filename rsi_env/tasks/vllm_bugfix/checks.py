@@ -24,8 +24,9 @@ same job on the installed vLLM as it is, with the task's clean deployment, is th
   run of the workspace, in alternating order; it passes if any run of the workspace clears the bar against
   a clean run measured beside it. A co-tenant moves a run's CPU time by ~10 % on a quiet shared host, and
   by up to ~40 % where it takes the other hyperthread of a two-core host (0.63x and 0.70x seen for a
-  reference fix in CI, under pytest's second worker); a fix slower in earnest stays slower in every pair,
-  and a schedule that differs is never measured again.
+  reference fix in CI, under pytest's second worker); a fix slower in earnest stays slower in every pair.
+  A schedule that differs, or a best ratio under `RETAKE_FLOOR` (no host's noise goes that far), is not measured
+  again.
 
 What is believed: a report comes back only under the supervisor's HMAC (`rsi_env.tasks.vllm_bugfix.runs.read_report`,
 refused otherwise), and its ``measured`` times are taken by the supervisor from outside the engine's
@@ -62,8 +63,8 @@ from rsi_env.tasks.vllm_bugfix.runs import (
     run_engine,
 )
 
-__all__ = ["CHECK_NAMES", "CHECKS_FILE", "CLEAN_DEPLOYMENT", "THROUGHPUT_FLOOR", "THROUGHPUT_RETAKES", "check_workspace",
-           "clean_deployment", "hidden_job", "judge", "served", "throughput_ratio"]
+__all__ = ["CHECK_NAMES", "CHECKS_FILE", "CLEAN_DEPLOYMENT", "RETAKE_FLOOR", "THROUGHPUT_FLOOR", "THROUGHPUT_RETAKES",
+           "check_workspace", "clean_deployment", "hidden_job", "judge", "served", "throughput_ratio"]
 
 CHECKS_FILE = CODE_DIR / "vllm_bugfix" / "hidden" / "checks.yaml"
 CLEAN_DEPLOYMENT = CODE_DIR / "vllm_bugfix" / "engine_args.yaml"
@@ -71,6 +72,7 @@ CHECK_NAMES = ("engine serves the job", "engine configuration", "greedy tokens",
                "KV blocks free", "throughput")
 THROUGHPUT_FLOOR = 0.95
 THROUGHPUT_RETAKES = 3  # fresh pairs (a clean run, the workspace again) measured for a shortfall, at most
+RETAKE_FLOOR = 0.5  # a best ratio below it is no host's noise (the worst seen: ~0.56, at a load of 10-12)
 _VERDICTS: OrderedDict[str, tuple[CheckResult, ...]] = OrderedDict()
 
 
@@ -198,6 +200,14 @@ def judge(got: EngineRun, clean: Mapping[str, Any], job: Mapping[str, Any],
     return res
 
 
+def _ratios(out: Mapping[str, Any], clean: Mapping[str, Any],
+            retakes: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]]) -> list[float]:
+    """The throughput ratio of each pair that can be read: the first run against the clean run remembered, each
+    retake's workspace run against the clean run measured beside it."""
+    pairs = [(out, clean)] + [(again, fresh) for fresh, again in retakes if again is not None]
+    return [x for r, c in pairs if (x := throughput_ratio(r, c)) is not None]
+
+
 def _throughput(out: Mapping[str, Any], clean: Mapping[str, Any],
                 retakes: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]]) -> CheckResult:
     name = _spec()["throughput_phase"]
@@ -205,8 +215,7 @@ def _throughput(out: Mapping[str, Any], clean: Mapping[str, Any],
     if any(any(s.startswith(f"{name}[") for s in _differing(r, clean, "steps")) for r in runs):
         return CheckResult("throughput", False, f"{name} took a different number of engine steps from the clean "
                                                 "engine's (a different schedule)")
-    pairs = [(out, clean)] + [(again, fresh) for fresh, again in retakes if again is not None]
-    ratios = [x for r, c in pairs if (x := throughput_ratio(r, c)) is not None]
+    ratios = _ratios(out, clean, retakes)
     if not ratios:
         return CheckResult("throughput", False, "the throughput phase's engine time cannot be read")
     best = max(ratios)
@@ -232,7 +241,8 @@ def check_workspace(files: Mapping[str, str], shadowed: Sequence[str], backend: 
     got = run_engine(files, job, tuple(shadowed), backend, timeout_s)
     verdict = judge(got, clean, job)
     retakes: list[tuple[dict[str, Any], Mapping[str, Any] | None]] = []
-    while _short_of_time(verdict) and len(retakes) < THROUGHPUT_RETAKES:  # the host's load moves CPU time
+    while (_short_of_time(verdict) and len(retakes) < THROUGHPUT_RETAKES  # the host's load moves CPU time
+           and max(_ratios(got.out, clean, retakes), default=0.0) >= RETAKE_FLOOR):
         if len(retakes) % 2 == 0:
             fresh_clean = _clean(job, backend, fresh=True)
             again = run_engine(files, job, tuple(shadowed), backend, timeout_s)
