@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -58,7 +58,10 @@ class Telemetry:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data, field by field (every field a scalar but the profile): what each env step records."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["profile"] = self.profile.to_dict()
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=False)

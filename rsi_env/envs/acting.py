@@ -29,6 +29,19 @@ from rsi_env.sandbox.profile import Profile
 
 __all__ = ["Acting"]
 
+_LINES: dict[tuple[str, str], str] = {}  # serving.yaml's line of (flag, repr(value)): YAML's emitter is slow per step
+
+
+def _flag_line(flag: str, value: Any) -> str:
+    """``flag: value`` as serving.yaml writes it (YAML flow style); ``repr`` tells 1, 1.0, True and '1' apart."""
+    key = (flag, repr(value))
+    line = _LINES.get(key)
+    if line is None:
+        line = yaml.safe_dump({flag: value}, default_flow_style=True).strip().strip("{}")
+        if len(_LINES) < 4096:
+            _LINES[key] = line
+    return line
+
 
 class Acting:
     """Flag changes, edits and shell commands of an `RsiEnv` (mixed into `RsiEnv`, which measures)."""
@@ -169,6 +182,5 @@ class Acting:
         r = self.config.to_dict()
         label = self.engine_kind.label
         lines = [f"# Engine flags of {self.task.id} ({label} names). null = {label}'s default. Tunable here only."]
-        for f in self.flag_names:
-            lines.append(yaml.safe_dump({f: r[f]}, default_flow_style=True).strip().strip("{}"))
+        lines += [_flag_line(f, r[f]) for f in self.flag_names]
         self.workspace.write("serving.yaml", "\n".join(lines) + "\n")

@@ -118,11 +118,12 @@ class Observing:
         """The observation's ``telemetry``, one value per `telemetry_fields` entry (here `OBS_FIELDS`)."""
         tel = np.zeros(len(OBS_FIELDS), dtype=np.float32)
         if self.last_tels and all(t.ok for t in self.last_tels):
+            shares = [t.profile.fractions() for t in self.last_tels]
             for k, f in enumerate(OBS_FIELDS):
                 vals = []
-                for t, b in zip(self.last_tels, self.base_tels, strict=True):
+                for t, b, share in zip(self.last_tels, self.base_tels, shares, strict=True):
                     if f in _PROFILE_PART:
-                        vals.append(t.profile.fractions()[_PROFILE_PART[f]])
+                        vals.append(share[_PROFILE_PART[f]])
                         continue
                     v, bv = float(getattr(t, f)), float(getattr(b, f))
                     if f in _RATIO:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,18 @@ def store_sim_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+@lru_cache(maxsize=1024)
+def _resolved_flags(cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, engine_version: str,
+                    usage_context: str) -> dict[str, Any]:
+    """The configuration a measurement key names: vLLM's resolution of ``cfg``, or ``cfg`` itself where vLLM refuses
+    it. A pure function of frozen inputs, asked for several times a step (each workload's key, the store's rows):
+    remembered. Never mutated by its callers."""
+    try:
+        return cfg.resolve(model, hw, engine_version, usage_context).to_dict()
+    except InvalidConfigError:
+        return cfg.to_dict()
+
+
 class SimTier:
     """The simulator behind the `Tier` seam: deterministic, so a measurement is a pure function of its `key`.
 
@@ -177,10 +190,7 @@ class SimTier:
 
     def key(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, w: Workload) -> str:
         """What the measurement depends on: release, calibration, model, chip, resolved config, workload content."""
-        try:
-            resolved = cfg.resolve(model, hw, self.engine_version, self.usage_context).to_dict()
-        except InvalidConfigError:
-            resolved = cfg.to_dict()
+        resolved = _resolved_flags(cfg, model, hw, self.engine_version, self.usage_context)
         return json.dumps([self.engine_version, self.calibration(hw).id, model.name, model.total_params, hw.name,
                            resolved, w.content_hash], sort_keys=True, default=str)
 

@@ -135,6 +135,12 @@ def _calib_dir() -> Any:
 
 
 @cache
+def _in_catalog(name: str) -> bool:
+    """Whether the package ships calibration ``name`` (the package's files do not change while it runs)."""
+    return (_calib_dir() / name).is_file()
+
+
+@cache
 def _load(name: str) -> Calibration:
     entry = _calib_dir() / name
     return Calibration.from_dict(yaml.safe_load(entry.read_text()))
@@ -184,7 +190,7 @@ def load_calibration(hardware: str, engine_version: str, path: str | Path | None
     tag = release_tag(ver)
     name = f"{hardware}-{tag}.yaml"
     found: list[Calibration] = []
-    if (_calib_dir() / name).is_file():
+    if _in_catalog(name):
         found.append(_load(name))
     user = user_calibration_dir()
     if user.is_dir():

@@ -117,3 +117,17 @@ def test_the_store_reads_rows_written_before_profiles(tmp_path):
     assert again[rows[0]["id"]].out_tok_per_s == tels[0].out_tok_per_s
     ranked = best_configs(store, "llama-3.2-1b", "h200", task=load_task("RSI/Batching-v0"))
     assert len(ranked) == 1 and ranked[0]["measurements"] == 2  # both rows read, the old one too
+
+
+@given(profiles)
+def test_the_plain_data_is_dataclasses_own(p: Profile):
+    """`Profile.seconds` and `Telemetry.to_dict` read field by field (an env step calls them often); the data equals
+    `dataclasses`' recursive conversion, key order included."""
+    from dataclasses import asdict, astuple
+
+    assert p.seconds() == astuple(p)
+    for tel in (Telemetry(out_tok_per_s=1.5, num_preemptions=3, profile=p, calibration="c"),
+                Telemetry.failed("invalid_config: no")):
+        got = tel.to_dict()
+        assert got == asdict(tel) and list(got) == list(asdict(tel)) and list(got["profile"]) == list(PARTS)
+        assert Telemetry.from_dict(json.loads(json.dumps(got))) == tel

@@ -122,3 +122,16 @@ def test_verifying_past_the_budget_is_charged_but_never_paid():
     assert term and math.isfinite(info["score"]) and info["score"] > 0
     assert r < 0 or info["verdict"]["passed"]  # only the cost, plus +1 if every guard holds
     assert r <= (1.0 if info["verdict"]["passed"] else 0.0)
+
+
+@pytest.mark.parametrize("values", [(True, 1, 1.0, "1", None), ([1, 2], "[1, 2]", 0.9, "0.9")])
+def test_serving_yaml_lines_are_yaml_s_own_whatever_came_before(values):
+    """serving.yaml's lines are remembered per (flag, value): a value of another type that compares equal (True, 1,
+    1.0) or prints alike ("1") never gets another's line."""
+    import yaml
+
+    from rsi_env.envs.acting import _flag_line
+
+    for _ in range(2):
+        for v in values:
+            assert _flag_line("x", v) == yaml.safe_dump({"x": v}, default_flow_style=True).strip().strip("{}")
