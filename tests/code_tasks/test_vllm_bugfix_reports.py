@@ -247,3 +247,20 @@ def test_a_collapse_beyond_any_hosts_noise_is_not_retaken(monkeypatch):
     # just above the floor, it is
     res, order = _scripted_check(monkeypatch, workspace=[1.0 / (RETAKE_FLOOR * 1.1)] * 4, clean=[1.0] * 3)
     assert order.count("workspace") == 1 + THROUGHPUT_RETAKES
+
+
+def test_a_verdict_failing_another_check_is_not_retaken(monkeypatch):
+    wrong_tokens = _scaled(CLEAN_HIDDEN, reported=1.0, measured=1.5)
+    phase = next(iter(wrong_tokens["phases"]))
+    wrong_tokens["phases"][phase][0]["tokens"][0][0] += 1
+    order: list[str] = []
+
+    def run_engine(*a: Any, trusted: bool = False, **k: Any) -> EngineRun:
+        order.append("clean" if trusted else "workspace")
+        return EngineRun(copy.deepcopy(wrong_tokens))
+
+    monkeypatch.setattr(checks_module, "run_engine", run_engine)
+    monkeypatch.setattr(checks_module, "clean_run", lambda *a, **k: EngineRun(copy.deepcopy(CLEAN_HIDDEN)))
+    monkeypatch.setattr(checks_module, "hidden_job", lambda: HIDDEN)
+    res = {c.name: c for c in checks_module.check_workspace({ENGINE_ARGS: "# wrong tokens\n"}, (), fresh=True)}
+    assert not res["greedy tokens"].ok and not res["throughput"].ok and order == ["workspace"], (res, order)

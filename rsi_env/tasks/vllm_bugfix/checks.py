@@ -25,8 +25,8 @@ same job on the installed vLLM as it is, with the task's clean deployment, is th
   a clean run measured beside it. A co-tenant moves a run's CPU time by ~10 % on a quiet shared host, and
   by up to ~40 % where it takes the other hyperthread of a two-core host (0.63x and 0.70x seen for a
   reference fix in CI, under pytest's second worker); a fix slower in earnest stays slower in every pair.
-  A schedule that differs, or a best ratio under `RETAKE_FLOOR` (no host's noise goes that far), is not measured
-  again.
+  A schedule that differs, a best ratio under `RETAKE_FLOOR` (no host's noise goes that far), or a verdict that
+  fails another check is not measured again.
 
 What is believed: a report comes back only under the supervisor's HMAC (`rsi_env.tasks.vllm_bugfix.runs.read_report`,
 refused otherwise), and its ``measured`` times are taken by the supervisor from outside the engine's
@@ -259,9 +259,10 @@ def check_workspace(files: Mapping[str, str], shadowed: Sequence[str], backend: 
 
 
 def _short_of_time(verdict: Sequence[CheckResult]) -> bool:
-    """Whether only the throughput's time may have failed the verdict: the engine served the job on the clean
-    schedule but its engine-seconds fell short (what a co-tenant's load can do, and a retake can undo)."""
-    return verdict[0].ok and not verdict[-1].ok and not verdict[-1].reason.endswith("schedule)")
+    """Whether the throughput's time alone failed the verdict: every other check passed, the schedule was the clean
+    one, and the engine-seconds fell short (what a co-tenant's load can do, and a retake can undo; a verdict that
+    fails another check fails whatever a retake measures)."""
+    return all(c.ok for c in verdict[:-1]) and not verdict[-1].ok and not verdict[-1].reason.endswith("schedule)")
 
 
 def _clean(job: Mapping[str, Any], backend: str, fresh: bool) -> dict[str, Any]:
