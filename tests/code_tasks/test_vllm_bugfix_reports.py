@@ -16,6 +16,7 @@ import copy
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -183,22 +184,27 @@ def test_a_report_is_read_only_under_the_supervisors_signature():
 
 
 def _scripted_check(monkeypatch: pytest.MonkeyPatch, workspace: list[float], clean: list[float],
-                    first_clean: float = 1.0) -> tuple[list[CheckResult], list[str]]:
+                    first_clean: float = 1.0, edit: Callable[[dict[str, Any]], None] | None = None,
+                    ) -> tuple[list[CheckResult], list[str]]:
     """`check_workspace` where each engine run's supervisor times are the next factor of ``workspace`` (the
-    workspace's runs) or ``clean`` (fresh clean runs) times the clean report's; the order the runs came in."""
+    workspace's runs, each report changed by ``edit`` too) or ``clean`` (fresh clean runs) times the clean report's;
+    the order the runs came in. A run beyond the factors given fails the test (StopIteration)."""
     order: list[str] = []
     ws, cl = iter(workspace), iter(clean)
 
     def run_engine(files: Any, job: Any, shadowed: Any, backend: str, timeout_s: float = 0.0,
                    trusted: bool = False) -> EngineRun:
         order.append("clean" if trusted else "workspace")
-        return EngineRun(_scaled(CLEAN_HIDDEN, reported=1.0, measured=next(cl) if trusted else next(ws)))
+        report = _scaled(CLEAN_HIDDEN, reported=1.0, measured=next(cl) if trusted else next(ws))
+        if edit is not None and not trusted:
+            edit(report)
+        return EngineRun(report)
 
     monkeypatch.setattr(checks_module, "run_engine", run_engine)
     monkeypatch.setattr(checks_module, "clean_run",
                         lambda *a, **k: EngineRun(_scaled(CLEAN_HIDDEN, reported=1.0, measured=first_clean)))
     monkeypatch.setattr(checks_module, "hidden_job", lambda: HIDDEN)
-    files = {ENGINE_ARGS: f"# {len(workspace)} {workspace} {clean}\n"}  # a key of its own: no remembered verdict
+    files = {ENGINE_ARGS: f"# {workspace} {clean} {edit}\n"}  # a key of its own: no remembered verdict
     return checks_module.check_workspace(files, (), fresh=True), order
 
 
@@ -223,19 +229,12 @@ def test_a_retake_beside_a_slower_clean_run_counts_and_stops_the_retakes(monkeyp
 
 
 def test_a_different_schedule_is_never_retaken(monkeypatch):
-    slow_schedule = _scaled(CLEAN_HIDDEN, reported=1.0, measured=1.0)
     phase = yaml.safe_load(checks_module.CHECKS_FILE.read_text())["throughput_phase"]
-    slow_schedule["phases"][phase][0]["steps"] += 1
-    order: list[str] = []
 
-    def run_engine(*a: Any, trusted: bool = False, **k: Any) -> EngineRun:
-        order.append("clean" if trusted else "workspace")
-        return EngineRun(copy.deepcopy(slow_schedule))
+    def one_more_step(report: dict[str, Any]) -> None:
+        report["phases"][phase][0]["steps"] += 1
 
-    monkeypatch.setattr(checks_module, "run_engine", run_engine)
-    monkeypatch.setattr(checks_module, "clean_run", lambda *a, **k: EngineRun(copy.deepcopy(CLEAN_HIDDEN)))
-    monkeypatch.setattr(checks_module, "hidden_job", lambda: HIDDEN)
-    res = checks_module.check_workspace({ENGINE_ARGS: "# another schedule\n"}, (), fresh=True)
+    res, order = _scripted_check(monkeypatch, workspace=[1.0], clean=[], edit=one_more_step)
     thr = {c.name: c for c in res}["throughput"]
     assert not thr.ok and thr.reason.endswith("schedule)") and order == ["workspace"], (thr, order)
 
@@ -250,17 +249,9 @@ def test_a_collapse_beyond_any_hosts_noise_is_not_retaken(monkeypatch):
 
 
 def test_a_verdict_failing_another_check_is_not_retaken(monkeypatch):
-    wrong_tokens = _scaled(CLEAN_HIDDEN, reported=1.0, measured=1.5)
-    phase = next(iter(wrong_tokens["phases"]))
-    wrong_tokens["phases"][phase][0]["tokens"][0][0] += 1
-    order: list[str] = []
+    def one_wrong_token(report: dict[str, Any]) -> None:
+        report["phases"][next(iter(report["phases"]))][0]["tokens"][0][0] += 1
 
-    def run_engine(*a: Any, trusted: bool = False, **k: Any) -> EngineRun:
-        order.append("clean" if trusted else "workspace")
-        return EngineRun(copy.deepcopy(wrong_tokens))
-
-    monkeypatch.setattr(checks_module, "run_engine", run_engine)
-    monkeypatch.setattr(checks_module, "clean_run", lambda *a, **k: EngineRun(copy.deepcopy(CLEAN_HIDDEN)))
-    monkeypatch.setattr(checks_module, "hidden_job", lambda: HIDDEN)
-    res = {c.name: c for c in checks_module.check_workspace({ENGINE_ARGS: "# wrong tokens\n"}, (), fresh=True)}
-    assert not res["greedy tokens"].ok and not res["throughput"].ok and order == ["workspace"], (res, order)
+    res, order = _scripted_check(monkeypatch, workspace=[1.5], clean=[], edit=one_wrong_token)
+    got = {c.name: c for c in res}
+    assert not got["greedy tokens"].ok and not got["throughput"].ok and order == ["workspace"], (got, order)
