@@ -4,8 +4,10 @@
 ``ServerArgs``. Most of rsi-env's SGLang flags are fields under the same name; ``cuda_graph_max_bs`` is the
 flag's CLI name, which SGLang 0.5.17 keeps only as a deprecated alias of the field ``cuda_graph_max_bs_decode``
 (`FIELDS` lists the field names a flag may have, in the order they are tried). The driver fixes a few fields
-(`DRIVER_FIXED`): the model and how it loads, token-id prompts, metrics on, a fixed seed. `resolved_flags` reads
-back from ``Engine.get_server_info()`` what the engine resolved for every flag.
+(`DRIVER_FIXED`): the model and how it loads, token-id prompts, metrics on, a fixed seed. Asking for the scheduler's
+pass lines (a ``decode_log_interval``) turns on the level they are logged at: SGLang's offline ``Engine`` logs at
+``error`` unless told otherwise, and its pass lines are ``info`` (`rsi_env.real.sglang_passes`). `resolved_flags`
+reads back from ``Engine.get_server_info()`` what the engine resolved for every flag.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def engine_kwargs(cfg: SglangConfig, extra: Mapping[str, Any], have: Collection[
     """``Engine`` keyword arguments: the model, the flags ``cfg`` sets (under the installed release's field names)
     and the pass-through ``extra`` ``ServerArgs``. ``have`` is the installed release's ``ServerArgs`` fields.
 
+    A ``decode_log_interval`` among ``extra`` brings ``log_level="info"`` unless ``extra`` sets a level.
     Refuses, as `InvalidConfigError`, a pass-through argument that is not a field, that names one of the config's
     flags (set those as flags, where they are validated) or one the driver fixes, and a flag the release lacks.
     """
@@ -53,6 +56,8 @@ def engine_kwargs(cfg: SglangConfig, extra: Mapping[str, Any], have: Collection[
                                      f"the installed SGLang's ServerArgs has none of {list(FIELDS[name])}")
         kwargs[field] = value
     kwargs.update(extra)
+    if "decode_log_interval" in extra and "log_level" in have:
+        kwargs.setdefault("log_level", "info")  # the pass lines asked for are logged at info
     return kwargs
 
 

@@ -118,6 +118,18 @@ def test_a_config_becomes_the_engine_arguments_of_the_installed_release():
         engine_kwargs(SglangConfig(dp_size=2), {}, HAVE - {"dp_size"}, model_path="/m", load_format="dummy")
 
 
+def test_asking_for_the_pass_lines_turns_on_the_level_they_are_logged_at():
+    # SGLang's offline Engine logs at "error" and its Prefill/Decode batch lines are info: without this a row's
+    # passes are empty
+    have = HAVE | {"decode_log_interval", "log_level"}
+    kw = engine_kwargs(SglangConfig(), {"decode_log_interval": 1}, have, model_path="/m", load_format="dummy")
+    assert (kw["decode_log_interval"], kw["log_level"]) == (1, "info")
+    kw = engine_kwargs(SglangConfig(), {"decode_log_interval": 1, "log_level": "debug"}, have, model_path="/m",
+                       load_format="dummy")
+    assert kw["log_level"] == "debug"  # a level given is kept
+    assert "log_level" not in engine_kwargs(SglangConfig(), {}, have, model_path="/m", load_format="dummy")
+
+
 def test_the_resolved_flags_are_read_from_the_engine():
     info = FakeEngine(skip_tokenizer_init=True, cuda_graph_max_bs_decode=96).get_server_info()
     r = resolved_flags(info)
