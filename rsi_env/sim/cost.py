@@ -62,6 +62,10 @@ class StepCost:
     hw: HardwareSpec
     cfg: ResolvedConfig
     cal: Calibration
+    # The token counts a step with prompt tokens runs under piecewise CUDA graphs, where they differ from the decode
+    # sizes (``cfg.cudagraph_capture_sizes``): vLLM captures one list for both (None); SGLang captures its prefill
+    # graphs up to its chunk size and none without chunking (`rsi_env.sim.sglang.sizing.prefill_graph_sizes`).
+    prefill_graph_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         m, hw, cfg, cal = self.model, self.hw, self.cfg, self.cal
@@ -108,25 +112,31 @@ class StepCost:
         self._sizes = [int(x) for x in cfg.cudagraph_capture_sizes]
         self._max_graph = self._sizes[-1] if self._sizes else 0
         self._sizes_sorted = self._sizes == sorted(self._sizes)
-        # A step's linear layers and collectives depend only on its padded size and rows: priced once each.
-        self._batch_terms: dict[tuple[int, int], tuple[float, float]] = {}
+        given = self.prefill_graph_sizes
+        self._pre_sizes = self._sizes if given is None else sorted(int(x) for x in given)
+        self._max_pre_graph = self._max_graph if given is None else (self._pre_sizes[-1] if self._pre_sizes else 0)
+        # A step's linear layers and collectives depend only on its padded size, rows and kind: priced once each.
+        self._batch_terms: dict[tuple[int, int, bool], tuple[float, float]] = {}
         self._span_terms: dict[tuple[int, int], tuple[float, float, float, float, float, int]] = {}
 
     # ---- pieces ---------------------------------------------------------------------------------
-    def padded(self, num_tokens: int) -> int:
+    def padded(self, num_tokens: int, uniform_decode: bool = True) -> int:
         """Tokens the step really runs: padded up to the next CUDA-graph capture size when one fits."""
+        if not uniform_decode and self._pre_sizes is not self._sizes:
+            pre = self._pre_sizes
+            return pre[bisect.bisect_left(pre, num_tokens)] if num_tokens <= self._max_pre_graph else num_tokens
         if num_tokens <= self._max_graph:
             if self._sizes_sorted:
                 return self._sizes[bisect.bisect_left(self._sizes, num_tokens)]
             return int(np.asarray(self._sizes)[np.searchsorted(self._sizes, num_tokens)])  # sizes as the user gave them
         return num_tokens
 
-    def _batch(self, num_tokens: int, rows: int) -> tuple[float, float]:
+    def _batch(self, num_tokens: int, rows: int, uniform_decode: bool = True) -> tuple[float, float]:
         """The linear layers' and the collectives' time of a step of ``num_tokens`` over ``rows`` (remembered)."""
-        key = (num_tokens, rows)
+        key = (num_tokens, rows, uniform_decode)
         got = self._batch_terms.get(key)
         if got is None:
-            tp_ = self.padded(num_tokens)
+            tp_ = self.padded(num_tokens, uniform_decode)
             got = self._batch_terms[key] = (self._linear(tp_, rows), self._comm(tp_))
         return got
 
@@ -200,11 +210,12 @@ class StepCost:
     def graph_mode(self, num_tokens: int, uniform_decode: bool) -> int:
         """How vLLM runs a step (a `GRAPH_MODES` code): without a CUDA graph, piecewise graphs or one full graph.
 
-        Past the largest captured size no graph fits (an eager configuration captures none).
+        Past the largest captured size no graph fits (an eager configuration captures none); a step with prompt
+        tokens is held to `prefill_graph_sizes` where they are given.
         """
-        if num_tokens > self._max_graph:
-            return _NO_GRAPH
-        return _FULL if uniform_decode else _PIECEWISE
+        if uniform_decode:
+            return _FULL if num_tokens <= self._max_graph else _NO_GRAPH
+        return _PIECEWISE if num_tokens <= self._max_pre_graph else _NO_GRAPH
 
     def cpu_time(self, num_running: int, num_new: int = 0) -> float:
         return self.cal.cpu_step_s + self.cal.cpu_per_req_s * num_running + self.cal.cpu_per_new_req_s * num_new
@@ -238,9 +249,9 @@ class StepCost:
 
     # ---- a whole step --------------------------------------------------------------------------
     def _kernel_terms(self, num_tokens: int, num_reqs: int, decode_ctx_tokens: float, prefill_pairs: float,
-                      prefill_ctx_tokens: float) -> tuple[float, float, float, float]:
+                      prefill_ctx_tokens: float, uniform_decode: bool = True) -> tuple[float, float, float, float]:
         """A step's kernels by part: linear layers, collectives, prefill attention, KV reads (padded token count)."""
-        lin, comm = self._batch(num_tokens, num_reqs)
+        lin, comm = self._batch(num_tokens, num_reqs, uniform_decode)
         return (lin, comm, prefill_pairs * self._attn_flops_per_pair / self._attn_rate,
                 (decode_ctx_tokens + prefill_ctx_tokens) * self._kv_bytes_per_token / self._kv_rate)
 
@@ -261,7 +272,7 @@ class StepCost:
         `engine_cpu_rest` fills in once for the whole run.
         """
         lin, comm, attn, kv = self._kernel_terms(num_tokens, num_reqs, decode_ctx_tokens, prefill_pairs,
-                                                 prefill_ctx_tokens)
+                                                 prefill_ctx_tokens, uniform_decode)
         kernels = lin + comm + attn + kv
         mode = self.graph_mode(num_tokens, uniform_decode)
         overhead, dispatch = self._overhead(num_tokens, num_reqs, mode), self._dispatch(mode)

@@ -87,7 +87,7 @@ def simulate_sglang_detailed(
             f"invalid_config: a request of {need} tokens does not fit the KV pool of {plan.max_total_num_tokens} "
             "tokens; raise mem_fraction_static or shorten the workload", calibration=cal.id,
             num_gpu_blocks=plan.max_total_num_tokens), plan, None
-    cost = StepCost(spec, hw, plan.resolved, cal)
+    cost = StepCost(spec, hw, plan.resolved, cal, plan.prefill_graphs)
     sched = SglangScheduler(cfg, plan, seed)
     engine = SglangEngineSim(sched, cost, make_requests(trace, spec.vocab_size), trace.closed_concurrency,
                              check_invariants)

@@ -71,6 +71,13 @@ class SglangPlan:
     resolved: ResolvedConfig  # what the cost model reads (`cost_config`)
     error: str | None = None
 
+    @property
+    def prefill_graphs(self) -> tuple[int, ...]:
+        """The prefill token counts SGLang captures as (breakable) CUDA graphs: up to the chunk size, none without
+        chunked prefill (its prefill capture list is built from the chunk size; with ``-1`` it logs "Disable prefill
+        CUDA graph because the capture size is not set" and every prefill pass runs eagerly)."""
+        return prefill_graph_sizes(self.chunked_prefill_size) if self.chunked_prefill_size else ()
+
 
 def plan_sglang(cfg: SglangConfig, model: ModelSpec, hw: HardwareSpec, cal: Calibration) -> SglangPlan:
     """Resolve ``cfg`` on ``hw`` the way SGLang 0.5.17 does at start, and size its KV pool."""
@@ -115,8 +122,8 @@ def cost_config(cfg: SglangConfig, page: int, max_bs: int, chunk: int, mfs: floa
     """vLLM's `ResolvedConfig` the cost model reads, with SGLang's values.
 
     A decode batch runs as one CUDA graph up to ``cuda_graph_max_bs`` (SGLang's capture sizes, padded up as vLLM's);
-    a prefill batch is priced as vLLM's piecewise-graph step within those sizes and launched layer by layer above
-    them (SGLang 0.5.17 also captures prefill graphs up to the chunk size: not represented). SGLang's overlap
+    a prefill batch runs under piecewise graphs within `SglangPlan.prefill_graphs` (the cost model's
+    ``prefill_graph_sizes``) and is launched layer by layer outside them. SGLang's overlap
     scheduler prepares the next batch on the CPU while the GPU runs this one, which is how the cost model prices
     vLLM's async scheduling (``async_scheduling``: the slower of the two sides sets the step's time).
     """

@@ -234,6 +234,28 @@ def test_the_overlap_loop_picks_the_next_pass_before_the_one_in_flight_ends():
     assert first_token(0.01) < 0.8 * first_token(0.0)
 
 
+def test_prefill_passes_run_under_cuda_graphs_only_up_to_the_chunk_size():
+    """SGLang captures its prefill graphs up to the chunk size and none without chunking (its log: "Disable prefill
+    CUDA graph because the capture size is not set"); its decode graphs go up to cuda_graph_max_bs. The cost model
+    holds each kind of pass to its own sizes, and a vLLM cost model (one list for both) is as it was."""
+    from rsi_env.sim.cost import GRAPH_MODES
+
+    spec, hw, cal = load_model(MODEL), load_hardware(HW), load_calibration(HW, "0.26")
+    chunked, unchunked = plan_for(SglangConfig()), plan_for(SglangConfig(chunked_prefill_size=-1))
+    assert chunked.prefill_graphs[-1] == 8192 and unchunked.prefill_graphs == ()
+    with_graphs = StepCost(spec, hw, chunked.resolved, cal, chunked.prefill_graphs)
+    eager = StepCost(spec, hw, unchunked.resolved, cal, unchunked.prefill_graphs)
+    assert with_graphs.graph_mode(700, False) == GRAPH_MODES["PIECEWISE"] and with_graphs.padded(700, False) == 704
+    assert eager.graph_mode(100, False) == GRAPH_MODES["NONE"] and eager.padded(100, False) == 100
+    assert eager.graph_mode(100, True) == GRAPH_MODES["FULL"] and eager.padded(100, True) == 104  # decode sizes
+    assert with_graphs.graph_mode(300, True) == GRAPH_MODES["NONE"]  # past cuda_graph_max_bs (256)
+    step = (700, 8, 208, 0.0, 700 * 88 / 2.0, 0.0, False, 8)
+    assert eager.step_time(*step) > with_graphs.step_time(*step)
+    vllm = StepCost(spec, hw, replace(chunked.resolved, cudagraph_capture_sizes=(8, 16, 512)), cal)
+    assert (vllm.graph_mode(300, False), vllm.padded(300, False)) == (GRAPH_MODES["PIECEWISE"], 512)
+    assert vllm.graph_mode(600, False) == GRAPH_MODES["NONE"]
+
+
 def test_refusals_come_back_as_errors():
     assert "invalid_config" in simulate_sglang({"schedule_policy": "nope"}, MODEL, HW, SMALL).error
     assert "dp_size" in simulate_sglang({"dp_size": 2}, MODEL, HW, SMALL).error
