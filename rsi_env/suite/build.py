@@ -1,8 +1,8 @@
 """Freeze a suite: find each flag instance's ceiling, check each reference passes, measure each difficulty.
 
 ``python -m rsi_env.suite.build [--suite rsi-bench-v1] [--workers W] [--work DIR]`` writes
-``rsi_env/catalog/suites/<suite>.yaml``. A suite with a base (``rsi-bench-v2`` on v1: `SUITE_BASES`) keeps the
-base's instances as they were frozen and freezes only its own candidates. What it does, per candidate of
+``rsi_env/catalog/suites/<suite>.yaml``. A suite with a base (``rsi-bench-v2`` and ``-v3`` on v1: `SUITE_BASES`)
+keeps the base's instances as they were frozen and freezes only its own candidates. What it does, per candidate of
 `rsi_env.suite.plan`:
 
 - **a flag instance** (the sim tier): every valid configuration on the task's ladders is measured where
