@@ -41,11 +41,11 @@ EVAL = "batching_sglang_h100"
 CLOSED_TRAIN, CLOSED_HELD = ("defaults", "c1"), ("c2",)
 
 
-def closed_loop_rows(names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The two-tier evaluation's real rows of ``names``, one driver-form line per (configuration, workload)."""
-    doc = json.loads((ROOT / f"configs/eval/{EVAL}.candidates.json").read_text())
+def closed_loop_rows(names: tuple[str, ...], evaluation: str = EVAL) -> list[dict[str, Any]]:
+    """A two-tier evaluation's real rows of ``names``, one driver-form line per (configuration, workload)."""
+    doc = json.loads((ROOT / f"configs/eval/{evaluation}.candidates.json").read_text())
     out = []
-    for line in (ROOT / f"data/eval/{EVAL}/real.jsonl").read_text().splitlines():
+    for line in (ROOT / f"data/eval/{evaluation}/real.jsonl").read_text().splitlines():
         r = json.loads(line)
         if r["name"] not in names or r.get("error"):
             continue
