@@ -14,10 +14,13 @@ What it adds to `loop_group`, each as `rsi_env/sim` does it, in its order:
 - the priority policy with vLLM's default keys (arrival time: `Scheduler.waiting_key`/`victim_key`), the waiting
   queue a heap of (key, id) (the same minimum as the Python engine's sorted list; keys are unique pairs);
 - MoE's `_linear` (``(1 - k/e) ** tokens`` as a float power, libm's ``pow`` as CPython's);
-- capture sizes in any order (numpy's binary search, as `StepCost.padded` runs ``np.searchsorted`` on them).
+- capture sizes in any order (numpy's binary search, as `StepCost.padded` runs ``np.searchsorted`` on them);
+- sliding windows: the decode group's below-window heap (`DecodeGroup.context`), `StepCost.window` wherever the
+  Python engine applies it, a span's context capped at the batch times the window and its KV part as the pairwise sum
+  of its kernels (`StepCost.add_span_parts`).
 
-Not covered (`reason` says so): sliding windows, a step trace, invariant checks, an `EngineSim` subclass's keys,
-SGLang's prefill capture sizes.
+Not covered (`reason` says so): a step trace, invariant checks, an `EngineSim` subclass's keys, SGLang's prefill
+capture sizes.
 """
 
 from __future__ import annotations
@@ -39,8 +42,6 @@ _W, _COMM, _KV, _LAUNCH, _IDLE = 0, 3, 2, 5, 6
 
 def reason(cfg: Any, cost: Any, trace: Any) -> str | None:
     """Why `run_compiled` does not cover a run (None: it does)."""
-    if cost._window is not None:
-        return "sliding window"
     if cost.prefill_graph_sizes is not None:
         return "prefill capture sizes"
     if cfg.scheduling_policy not in ("fcfs", "priority"):
@@ -303,8 +304,28 @@ def _lookup(i, caching, bs, ngroups, known, pblocks, group, was_preempted, cache
 
 
 @njit(cache=True, fastmath=False)
+def _context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq):  # type: ignore[no-untyped-def]
+    """`DecodeGroup.context`: with a window ``W``, members whose context reached it leave the below-window heap
+    (largest base first) for the saturated ones. ``ws``: [sum of the bases below the window, saturated members]."""
+    if W == 0:
+        return base_sum + ndec * (g + 1)
+    while below:
+        nb, sq, i = below[0]
+        if not is_dec[i] or seq[i] != sq or is_sat[i]:  # left the group since
+            heapq.heappop(below)
+            continue
+        if -nb + g + 1 < W:
+            break
+        heapq.heappop(below)
+        is_sat[i] = True
+        ws[1] += 1
+        ws[0] -= -nb
+    return ws[0] + (ndec - ws[1]) * (g + 1) + ws[1] * W
+
+
+@njit(cache=True, fastmath=False)
 def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_blocks, max_seqs, max_tokens, thr,
-          chunked, caching, lag, fcfs, L, moe, sizes, closed, round_trip, out_f, out_i, prof):  # type: ignore[no-untyped-def]
+          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, out_f, out_i, prof):  # type: ignore[no-untyped-def]
     n = arrival.shape[0]
     issued = min(closed, n) if closed else 0
     comp = np.zeros(n, np.int64)
@@ -335,6 +356,13 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
     ndec = 0
     base_sum = 0
     phase = np.zeros(bs, np.int64)
+    # sliding window (W > 0): members below it by (-base, seq, id), and those that reached it
+    below = [(np.int64(0), np.int64(0), np.int64(0))]
+    below.pop()
+    is_sat = np.zeros(n, np.bool_)
+    ws = np.zeros(2, np.int64)
+    WE = W if W else np.int64(1) << 60  # `StepCost.window(1 << 60)`
+    cap = math.inf
     heap = [(np.int64(0), np.int64(0), np.int64(0))]
     heap.pop()
     no_first = np.empty(n, np.int64)
@@ -446,14 +474,16 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                     dispatch = k[15 + 2 * mode]
                     fixed = k[16 + 2 * mode]
                     cpu = k[10] + k[11] * nrun + k[12] * 0
-                    ctx0 = float(base_sum + ndec * (g + 1))
+                    ctx0 = float(_context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq))
+                    if W:
+                        cap = nrun * float(W)
                     t = 0.0
                     dt = 0.0
                     t0 = 0.0
                     kk = 0
                     for j in range(ks):
                         ctx = ctx0 + nrun * float(j)
-                        kern = bterm + ctx * kv_rate
+                        kern = bterm + (ctx if ctx <= cap else cap) * kv_rate
                         kern_buf[j] = kern
                         dt = _combine(kern, overhead, dispatch, cpu, combine_mode)
                         t = dt if j == 0 else t + dt
@@ -466,7 +496,10 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                     span = t
                     prof[_W] += kk * (lin + overhead - fixed)
                     prof[_COMM] += kk * comm
-                    prof[_KV] += (kk * ctx0 + nrun * kk * (kk - 1) / 2.0) * kv_rate
+                    if W:  # the context stops growing at the window: the kernels' sum (numpy's pairwise)
+                        prof[_KV] += _pairwise(kern_buf, 0, kk) - kk * (lin + comm)
+                    else:
+                        prof[_KV] += (kk * ctx0 + nrun * kk * (kk - 1) / 2.0) * kv_rate
                     prof[_LAUNCH] += kk * fixed
                     if dispatch != 0.0:  # `add_span_parts`: np.maximum(dispatch - kernels - overlapped, 0).sum()
                         ov = overhead if k[13] != 0.0 else 0.0
@@ -501,6 +534,12 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                             ndec -= 1
                             base_sum -= b
                             phase[(b - 1) % bs] -= 1
+                            if W:
+                                if is_sat[i]:
+                                    is_sat[i] = False
+                                    ws[1] -= 1
+                                else:
+                                    ws[0] -= b
                             comp[i] = b + g
                             known[i] = comp[i] + 1
                             out_left[i] = 0
@@ -559,13 +598,14 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                     _take(new, ps, cached, prv, nxt, in_lru, S)
                     budget -= total
                     group_runs = ndec > 0
-                    decode_ctx = float(base_sum + ndec * (g + 1))
+                    decode_ctx = float(_context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq))
                     for c in range(nch):
                         nn = ch_n[c]
                         i = ch_i[c]
                         cc = comp[i]
-                        pairs += nn * cc + nn * (nn + 1) / 2.0
-                        pctx += cc
+                        w = cc if cc < WE else WE
+                        pairs += nn * w + nn * (nn + 1) / 2.0
+                        pctx += w
                         _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
                     if nch:
                         uniform = False
@@ -577,12 +617,16 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         known[i] = comp[i] + 1
                         out_left[i] = out_base[i] - g
                         is_dec[i] = False
+                    is_sat[i] = False
                     pre[r] = i
                 npre = nrun
                 ndec = 0
                 base_sum = 0
                 phase[:] = 0
                 heap.clear()
+                below.clear()
+                ws[0] = 0
+                ws[1] = 0
                 n_nf = 0
                 nch = 0
                 left = budget
@@ -609,7 +653,7 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         ssum += ch_n[c]
                         i = ch_i[c]
                         if known[i] - comp[i] == 1:
-                            dsum += comp[i] + 1
+                            dsum += comp[i] + 1 if comp[i] + 1 < WE else WE
                             nd += 1
                     budget -= ssum
                     decode_ctx = float(dsum)
@@ -619,8 +663,9 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                             if known[i] - comp[i] != 1:
                                 nn = ch_n[c]
                                 cc = comp[i]
-                                pairs += nn * cc + nn * (nn + 1) / 2.0
-                                pctx += cc
+                                w = cc if cc < WE else WE
+                                pairs += nn * w + nn * (nn + 1) / 2.0
+                                pctx += w
                                 _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
                         uniform = False
                 else:  # one by one, preempting when blocks run out
@@ -670,11 +715,12 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         if nb:
                             _take(nb, ps, cached, prv, nxt, in_lru, S)
                         if full == 1 and nn == 1:
-                            decode_ctx += cc + 1
+                            decode_ctx += cc + 1 if cc + 1 < WE else WE
                         else:
                             uniform = False
-                            pairs += nn * cc + nn * (nn + 1) / 2.0
-                            pctx += cc
+                            w = cc if cc < WE else WE
+                            pairs += nn * w + nn * (nn + 1) / 2.0
+                            pctx += w
                             _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
                         ch_i[nch] = i
                         ch_n[nch] = nn
@@ -743,8 +789,9 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
             _take(_cdiv(start + nn, bs) - hg - hp, ps, cached, prv, nxt, in_lru, S)
             if pblocks[i]:
                 _extend_prefix(i, start + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
-            pairs += nn * start + nn * (nn + 1) / 2.0
-            pctx += start
+            w = start if start < WE else WE
+            pairs += nn * w + nn * (nn + 1) / 2.0
+            pctx += w
             run[nrun] = i
             nrun += 1
             seq[i] = nseq
@@ -803,6 +850,12 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         ndec -= 1
                         base_sum -= b
                         phase[(b - 1) % bs] -= 1
+                        if W:
+                            if is_sat[i]:
+                                is_sat[i] = False
+                                ws[1] -= 1
+                            else:
+                                ws[0] -= b
                         comp[i] = b + g
                         known[i] = comp[i] + 1
                         out_left[i] = 0
@@ -849,6 +902,13 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                 base_sum += b
                 phase[(b - 1) % bs] += 1
                 heapq.heappush(heap, (out_base[i], seq[i], i))
+                if W:
+                    if comp[i] + 1 >= W:
+                        is_sat[i] = True
+                        ws[1] += 1
+                    else:
+                        heapq.heappush(below, (-b, seq[i], i))
+                        ws[0] += b
                 if first[i] != first[i]:
                     no_first[n_nf] = i
                     n_nf += 1
@@ -907,7 +967,7 @@ def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int) -> tuple[
         arrival, order, prompt, out_len, group, pblocks, ngroups, consts_of(cost), bs, max(num_gpu_blocks - 1, 0),
         int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
         bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
-        linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), closed, float(cost.cal.frontend_s), out_f,
+        linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed, float(cost.cal.frontend_s), out_f,
         out_i, prof)
     res = {"arrival": arrival, "first_token": first, "finish": finish, "generated": known - prompt,
            "num_steps": int(out_i[0]), "tokens_scheduled": int(out_i[1]), "prefix_queries": int(out_i[2]),
