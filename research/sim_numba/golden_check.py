@@ -64,9 +64,12 @@ class PortEngine:
 
         cfg, cost, trace, blocks, check = self.args
         mod = LOOP["mod"]
-        why = "step trace" if self.record_steps else "invariant checks" if check else LOOP["reason"](cfg, cost, trace)
+        records = getattr(mod, "RECORDS", False)  # the loop keeps a step trace
+        why = "step trace" if (self.record_steps and not records) else "invariant checks" if check else \
+            LOOP["reason"](cfg, cost, trace)
         if why is None:
-            res, prof, status = mod.run_compiled(cfg, cost, trace, blocks)
+            res, prof, status = (mod.run_compiled(cfg, cost, trace, blocks, record=True) if self.record_steps else
+                                 mod.run_compiled(cfg, cost, trace, blocks))
             if not status:
                 LOG.append("port")
                 cost.engine_cpu_rest(prof, res["busy_time"])
@@ -77,7 +80,7 @@ class PortEngine:
                     num_preemptions=res.get("num_preemptions", 0), prefix_queries=res["prefix_queries"],
                     prefix_hits=res.get("prefix_hits", 0), kv_usage_peak=res["kv_usage_peak"],
                     busy_time=res["busy_time"], running_time_integral=res["running_time_integral"],
-                    tokens_scheduled=res["tokens_scheduled"], steps=None,
+                    tokens_scheduled=res["tokens_scheduled"], steps=res.get("steps"),
                     preempted_prefix_hits=res.get("preempted_prefix_hits", 0), profile=Profile(*prof))
             why = STATUS.get(status, f"status {status}")
         LOG.append(why)

@@ -19,7 +19,9 @@ What it adds to `loop_group`, each as `rsi_env/sim` does it, in its order:
   Python engine applies it, a span's context capped at the batch times the window and its KV part as the pairwise sum
   of its kernels (`StepCost.add_span_parts`).
 
-Not covered (`reason` says so): a step trace, invariant checks, an `EngineSim` subclass's keys, SGLang's prefill
+- the step trace (`record=True`: `EngineSim._record`'s rows, in arrays that double as they fill).
+
+Not covered (`reason` says so): invariant checks, an `EngineSim` subclass's keys, SGLang's prefill
 capture sizes.
 """
 
@@ -304,6 +306,21 @@ def _lookup(i, caching, bs, ngroups, known, pblocks, group, was_preempted, cache
 
 
 @njit(cache=True, fastmath=False)
+def _grow(rec_t, rec_i, need):  # type: ignore[no-untyped-def]
+    """The step trace's arrays with room for ``need`` rows (doubling)."""
+    cap = rec_t.shape[0]
+    if need <= cap:
+        return rec_t, rec_i
+    while cap < need:
+        cap *= 2
+    nt = np.empty(cap)
+    nt[:rec_t.shape[0]] = rec_t
+    ni = np.empty((cap, 4), np.int64)
+    ni[:rec_i.shape[0]] = rec_i
+    return nt, ni
+
+
+@njit(cache=True, fastmath=False)
 def _context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq):  # type: ignore[no-untyped-def]
     """`DecodeGroup.context`: with a window ``W``, members whose context reached it leave the below-window heap
     (largest base first) for the saturated ones. ``ws``: [sum of the bases below the window, saturated members]."""
@@ -325,7 +342,7 @@ def _context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq):  # type: ign
 
 @njit(cache=True, fastmath=False)
 def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_blocks, max_seqs, max_tokens, thr,
-          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, out_f, out_i, prof):  # type: ignore[no-untyped-def]
+          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, out_f, out_i, prof):  # type: ignore[no-untyped-def]
     n = arrival.shape[0]
     issued = min(closed, n) if closed else 0
     comp = np.zeros(n, np.int64)
@@ -387,6 +404,12 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
         if out_len[x] > max_out:
             max_out = out_len[x]
     kern_buf = np.empty(max_out + 2)
+    cum_buf = np.empty(max_out + 2 if record else 1)
+    # the step trace (`EngineSim._record`): t, and tokens, running, gen, CUDA-graph mode per row
+    rec_t = np.empty(1024 if record else 1)
+    rec_i = np.empty((rec_t.shape[0], 4), np.int64)
+    nrec = 0
+    maxg = k[5]
     nseq = 0
     next_arr = 0
     now = 0.0
@@ -487,6 +510,8 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         kern_buf[j] = kern
                         dt = _combine(kern, overhead, dispatch, cpu, combine_mode)
                         t = dt if j == 0 else t + dt
+                        if record:
+                            cum_buf[j] = t
                         if j == 0:
                             t0 = t
                         kk = j + 1
@@ -506,6 +531,16 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         for j in range(kk):
                             kern_buf[j] = max(dispatch - kern_buf[j] - ov, 0.0)
                         prof[_LAUNCH] += _pairwise(kern_buf, 0, kk)
+                    if record:
+                        rec_t, rec_i = _grow(rec_t, rec_i, nrec + kk)
+                        gm = 2 if nrun <= maxg else 0
+                        for j in range(kk):
+                            rec_t[nrec] = now + cum_buf[j]
+                            rec_i[nrec, 0] = nrun
+                            rec_i[nrec, 1] = nrun
+                            rec_i[nrec, 2] = nrun
+                            rec_i[nrec, 3] = gm
+                            nrec += 1
                     for x in range(n_nf):
                         first[no_first[x]] = now + t0
                     n_nf = 0
@@ -821,11 +856,13 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
             run_int += dt * nrun
             kv_peak = max(kv_peak, num_blocks - ps[0] - ps[1])
             nf = 0
+            sampled = n_group
             for c in range(nch):
                 i = ch_i[c]
                 cc = comp[i] + ch_n[c]
                 comp[i] = cc
                 if cc == known[i]:
+                    sampled += 1
                     known[i] = cc + 1
                     out_left[i] -= 1
                     if first[i] != first[i]:
@@ -887,6 +924,14 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         run[m] = i
                         m += 1
                 nrun = m
+            if record:
+                rec_t, rec_i = _grow(rec_t, rec_i, nrec + 1)
+                rec_t[nrec] = now
+                rec_i[nrec, 0] = ntok
+                rec_i[nrec, 1] = nrun
+                rec_i[nrec, 2] = sampled
+                rec_i[nrec, 3] = (2 if ntok <= maxg else 0) if uniform else (1 if ntok <= maxg else 0)
+                nrec += 1
         # regroup: prompts done join the decode group, in running order
         m = 0
         for x in range(npre):
@@ -936,13 +981,18 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                  prv, nxt, in_lru, S)
     out_f[0], out_f[1], out_f[2] = busy, run_int, float(kv_peak) / max(num_blocks, 1)
     out_i[0], out_i[1], out_i[2], out_i[3] = steps, tokens_total, queries, status
-    out_i[4], out_i[5], out_i[6] = preemptions, hits, pre_hits
-    return first, finish, known
+    out_i[4], out_i[5], out_i[6], out_i[7] = preemptions, hits, pre_hits, nrec
+    return first, finish, known, rec_t, rec_i
 
 
-def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int) -> tuple[dict[str, Any], list[float], int]:
-    """`EngineSim(cfg, cost, trace, num_gpu_blocks, record_steps=False).run()`'s numbers: (result fields, profile
-    parts before `StepCost.engine_cpu_rest`, status: 0 done, 3 deadlock (the Python engine raises there))."""
+RECORDS = True  # `run_compiled` keeps the step trace when asked
+
+
+def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int,
+                 record: bool = False) -> tuple[dict[str, Any], list[float], int]:
+    """`EngineSim(cfg, cost, trace, num_gpu_blocks, record_steps=record).run()`'s numbers: (result fields, the step
+    trace under ``"steps"`` (None unless ``record``), profile parts before `StepCost.engine_cpu_rest`, status: 0 done,
+    3 deadlock (the Python engine raises there), 4 an allocation beyond the free blocks (it raises there too))."""
     n = len(trace)
     closed = int(trace.closed_concurrency or 0)
     if closed:  # as `EngineSim.run`: the first ``closed`` requests at 0, each next one a round trip after a finish
@@ -962,15 +1012,19 @@ def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int) -> tuple[
     m = cost.model
     moe = np.array([1.0 if m.is_moe else 0.0, m.num_experts or 0, m.num_experts_per_tok or 0, m.num_moe_layers,
                     cost._expert_bytes], np.float64)
-    out_f, out_i, prof = np.zeros(3), np.zeros(7, np.int64), np.zeros(7)
-    first, finish, known = _loop(
+    out_f, out_i, prof = np.zeros(3), np.zeros(8, np.int64), np.zeros(7)
+    first, finish, known, rec_t, rec_i = _loop(
         arrival, order, prompt, out_len, group, pblocks, ngroups, consts_of(cost), bs, max(num_gpu_blocks - 1, 0),
         int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
         bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
-        linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed, float(cost.cal.frontend_s), out_f,
-        out_i, prof)
+        linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed, float(cost.cal.frontend_s),
+        bool(record), out_f, out_i, prof)
     res = {"arrival": arrival, "first_token": first, "finish": finish, "generated": known - prompt,
            "num_steps": int(out_i[0]), "tokens_scheduled": int(out_i[1]), "prefix_queries": int(out_i[2]),
            "num_preemptions": int(out_i[4]), "prefix_hits": int(out_i[5]), "preempted_prefix_hits": int(out_i[6]),
-           "busy_time": float(out_f[0]), "running_time_integral": float(out_f[1]), "kv_usage_peak": float(out_f[2])}
+           "busy_time": float(out_f[0]), "running_time_integral": float(out_f[1]), "kv_usage_peak": float(out_f[2]), "steps": None}
+    if record:
+        nrec = int(out_i[7])
+        res["steps"] = {"t": rec_t[:nrec].copy(), "tokens": rec_i[:nrec, 0].copy(), "running": rec_i[:nrec, 1].copy(),
+                        "gen": rec_i[:nrec, 2].copy(), "mode": rec_i[:nrec, 3].copy()}
     return res, prof.tolist(), int(out_i[3])
