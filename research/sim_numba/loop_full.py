@@ -11,8 +11,9 @@ What it adds to `loop_group`, each as `rsi_env/sim` does it, in its order:
   victim's full blocks parked as its private chain, claimed back on its return;
 - shared prefixes: `Scheduler._lookup`, `_extend_prefix`, acquire/unacquire, the hit counters;
 - a decode span outside a CUDA graph: the launch waits summed as numpy's pairwise sum does (`_pairwise`);
-- the priority policy with vLLM's default keys (arrival time: `Scheduler.waiting_key`/`victim_key`), the waiting
-  queue a heap of (key, id) (the same minimum as the Python engine's sorted list; keys are unique pairs);
+- the priority policy, with vLLM's default keys (arrival time: `Scheduler.waiting_key`/`victim_key`) or a
+  scheduling policy's static keys passed in as arrays (`PolicyEngineSim`'s), the waiting queue a heap of (key, id)
+  (the same minimum as the Python engine's sorted list: the pairs are unique);
 - MoE's `_linear` (``(1 - k/e) ** tokens`` as a float power, libm's ``pow`` as CPython's);
 - capture sizes in any order (numpy's binary search, as `StepCost.padded` runs ``np.searchsorted`` on them);
 - sliding windows: the decode group's below-window heap (`DecodeGroup.context`), `StepCost.window` wherever the
@@ -342,7 +343,8 @@ def _context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq):  # type: ign
 
 @njit(cache=True, fastmath=False)
 def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_blocks, max_seqs, max_tokens, thr,
-          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, out_f, out_i, prof):  # type: ignore[no-untyped-def]
+          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, keyed, wkey, vkey, out_f, out_i,
+          prof):  # type: ignore[no-untyped-def]
     n = arrival.shape[0]
     issued = min(closed, n) if closed else 0
     comp = np.zeros(n, np.int64)
@@ -440,7 +442,7 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                 wq[(wh + wc) % n] = i
                 wc += 1
             else:
-                heapq.heappush(wheap, (arrival[i], i))
+                heapq.heappush(wheap, (wkey[i] if keyed else arrival[i], i))
             next_arr += 1
         n_wait = wc if fcfs else len(wheap)
         if nrun == 0 and n_wait == 0:
@@ -724,7 +726,9 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                                 for r in range(idx, end):
                                     a = run[r]
                                     b2 = run[vpos]
-                                    if arrival[a] > arrival[b2] or (arrival[a] == arrival[b2] and a > b2):
+                                    ka = vkey[a] if keyed else arrival[a]
+                                    kb = vkey[b2] if keyed else arrival[b2]
+                                    if ka > kb or (ka == kb and a > b2):
                                         vpos = r
                             v = run[vpos]
                             for r in range(vpos, end - 1):
@@ -739,7 +743,7 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                                 wq[wh] = v
                                 wc += 1
                             else:
-                                heapq.heappush(wheap, (arrival[v], v))
+                                heapq.heappush(wheap, (wkey[v] if keyed else arrival[v], v))
                             preemptions += 1
                             preempted = True
                             if v == i:
@@ -988,11 +992,14 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
 RECORDS = True  # `run_compiled` keeps the step trace when asked
 
 
-def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int,
-                 record: bool = False) -> tuple[dict[str, Any], list[float], int]:
+def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int, record: bool = False,
+                 keys: Any = None) -> tuple[dict[str, Any], list[float], int]:
     """`EngineSim(cfg, cost, trace, num_gpu_blocks, record_steps=record).run()`'s numbers: (result fields, the step
     trace under ``"steps"`` (None unless ``record``), profile parts before `StepCost.engine_cpu_rest`, status: 0 done,
-    3 deadlock (the Python engine raises there), 4 an allocation beyond the free blocks (it raises there too))."""
+    3 deadlock (the Python engine raises there), 4 an allocation beyond the free blocks (it raises there too)).
+
+    ``keys``: a scheduling policy's static keys (`rsi_env.engine.policy.PolicyKeys`: ``waiting``, ``victim`` per
+    request, as `PolicyEngineSim` consults them; the priority policy); None: the arrival times (`EngineSim`'s)."""
     n = len(trace)
     closed = int(trace.closed_concurrency or 0)
     if closed:  # as `EngineSim.run`: the first ``closed`` requests at 0, each next one a round trip after a finish
@@ -1012,13 +1019,18 @@ def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int,
     m = cost.model
     moe = np.array([1.0 if m.is_moe else 0.0, m.num_experts or 0, m.num_experts_per_tok or 0, m.num_moe_layers,
                     cost._expert_bytes], np.float64)
+    if keys is not None:
+        wkey = np.array([float(x) for x in keys.waiting], np.float64)
+        vkey = np.array([float(x) for x in keys.victim], np.float64)
+    else:
+        wkey = vkey = np.zeros(0)
     out_f, out_i, prof = np.zeros(3), np.zeros(8, np.int64), np.zeros(7)
     first, finish, known, rec_t, rec_i = _loop(
         arrival, order, prompt, out_len, group, pblocks, ngroups, consts_of(cost), bs, max(num_gpu_blocks - 1, 0),
         int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
         bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
         linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed, float(cost.cal.frontend_s),
-        bool(record), out_f, out_i, prof)
+        bool(record), keys is not None, wkey, vkey, out_f, out_i, prof)
     res = {"arrival": arrival, "first_token": first, "finish": finish, "generated": known - prompt,
            "num_steps": int(out_i[0]), "tokens_scheduled": int(out_i[1]), "prefix_queries": int(out_i[2]),
            "num_preemptions": int(out_i[4]), "prefix_hits": int(out_i[5]), "preempted_prefix_hits": int(out_i[6]),
