@@ -27,6 +27,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the repo root: t
 __all__ = ["PortEngine", "main"]
 
 COUNTS = {"port": 0, "fallback": 0}
+LOOP = {"name": "loop_full"}  # the compiled loop: loop_full (default) or loop_group (the study's subset)
 
 
 class PortEngine:
@@ -45,18 +46,28 @@ class PortEngine:
         from rsi_env.sim.engine import EngineSim, SimResult
 
         cfg, cost, trace, blocks, check = self.args
-        if not self.record_steps and not check and loop.supported(cfg, cost, trace, closed=True):
-            res, prof, status = loop_group.run_compiled(cfg, cost, trace, blocks)
+        if LOOP["name"] == "loop_full":
+            import loop_full
+
+            ok = not check and loop_full.reason(cfg, cost, trace) is None
+            run = (lambda: loop_full.run_compiled(cfg, cost, trace, blocks, record=self.record_steps))  # noqa: E731
+        else:
+            ok = not self.record_steps and not check and loop.supported(cfg, cost, trace, closed=True)
+            run = (lambda: loop_group.run_compiled(cfg, cost, trace, blocks))  # noqa: E731
+        if ok:
+            res, prof, status = run()
             if not status:
                 COUNTS["port"] += 1
                 cost.engine_cpu_rest(prof, res["busy_time"])
                 return SimResult(
                     arrival=res["arrival"], first_token=res["first_token"], finish=res["finish"],
                     prompt_len=trace.prompt_len.astype(np.int64), output_len=trace.output_len.astype(np.int64),
-                    generated=res["generated"], num_steps=res["num_steps"], num_preemptions=0,
-                    prefix_queries=res["prefix_queries"], prefix_hits=0, kv_usage_peak=res["kv_usage_peak"],
+                    generated=res["generated"], num_steps=res["num_steps"],
+                    num_preemptions=res.get("num_preemptions", 0), prefix_queries=res["prefix_queries"],
+                    prefix_hits=res.get("prefix_hits", 0), kv_usage_peak=res["kv_usage_peak"],
                     busy_time=res["busy_time"], running_time_integral=res["running_time_integral"],
-                    tokens_scheduled=res["tokens_scheduled"], steps=None, preempted_prefix_hits=0,
+                    tokens_scheduled=res["tokens_scheduled"], steps=res.get("steps"),
+                    preempted_prefix_hits=res.get("preempted_prefix_hits", 0),
                     profile=Profile(*prof))
         COUNTS["fallback"] += 1
         return EngineSim(cfg, cost, trace, blocks, check, record_steps=self.record_steps).run()
@@ -140,10 +151,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--loop", default="loop_full", choices=("loop_full", "loop_group"))
+    p.add_argument("--envs-only", action="store_true", help="only the cold env steps")
     args = p.parse_args()
-    import loop_group  # noqa: F401  (numba's cache load, before any timing)
+    LOOP["name"] = args.loop
+    import loop_full  # noqa: F401  (numba's cache load, before any timing)
+    import loop_group  # noqa: F401
 
-    bench_simulate(args.repeat)
+    import rsi_env.sim as sim
+
+    _use(PortEngine)  # the compiled loop's first call (numba's cache load), before any timing
+    sim.simulate({}, "llama-3.1-8b", "h200", "short_long")
+    _use(sim.engine.EngineSim)
+    if not args.envs_only:
+        bench_simulate(args.repeat)
     for env_id in ("RSI/Batching-v0", "RSI/KVCache-v0"):
         bench_env(env_id, args.steps, 2)
 
