@@ -10,6 +10,7 @@ of a command, an error or a verdict; a measurement's text names the part that do
 from __future__ import annotations
 
 import math
+import re
 import string
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +42,19 @@ EDIT_FIELD_MAX = 8192  # characters of an edit action's old and new
 _OBS_HIGH = 1e3
 
 
+_NOT_CHARSET = re.compile(f"[^{re.escape(CHARSET)}]")
+
+
 def clean(text: str) -> str:
     """Text fit for the observation space: printable ASCII, at most TEXT_MAX characters."""
-    s = "".join(c if c in CHARSET else "?" for c in text)
+    s = _NOT_CHARSET.sub("?", text)  # each character outside CHARSET becomes "?"
     return s if len(s) <= TEXT_MAX else s[: TEXT_MAX - 15] + "\n...[truncated]"
+
+
+def _mean(vals: list[float]) -> float:
+    """``float(np.mean(vals))``, bit for bit: below 8 values numpy adds them in order from 0 (its pairwise sum
+    unrolls from 8 on), as `sum` does."""
+    return float(sum(vals) / len(vals)) if 0 < len(vals) < 8 else float(np.mean(vals))
 
 
 def action_space(n_flags: int) -> spaces.Dict:
@@ -132,7 +142,7 @@ class Observing:
                         vals.append(math.log1p(v))
                     else:
                         vals.append(v)
-                x = float(np.mean(vals))
+                x = _mean(vals)
                 tel[k] = math.exp(x) if f in _RATIO else x
         return tel
 

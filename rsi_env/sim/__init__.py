@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,6 +51,53 @@ def _split_dp(trace: Trace, dp: int, k: int) -> Trace:
                  trace.seed)
 
 
+class _FrozenTrace(NamedTuple):
+    """A workload's trace with read-only arrays, and the longest prompt and prompt + output in it."""
+
+    trace: Trace
+    max_prompt: int
+    max_total: int
+
+
+def _drawn(wl: Workload, writeable: bool) -> _FrozenTrace:
+    """``wl.trace()`` with its longest prompt and prompt + output; not ``writeable``: its arrays read-only views of
+    read-only copies (a view of a read-only array can never be made writeable again)."""
+    t = wl.trace()
+    if not writeable:
+        def frozen(a: np.ndarray) -> np.ndarray:
+            base = np.array(a)
+            base.setflags(write=False)
+            return base[:]
+
+        t = Trace(frozen(t.arrival_s), frozen(t.prompt_len), frozen(t.output_len), frozen(t.prefix_group),
+                  frozen(t.prefix_len), t.closed_concurrency, t.seed)
+    if not len(t):
+        return _FrozenTrace(t, -1, -1)
+    return _FrozenTrace(t, int(t.prompt_len.max()), int((t.prompt_len + t.output_len).max()))
+
+
+@lru_cache(maxsize=32)
+def _frozen_trace(wl: Workload) -> _FrozenTrace:
+    """``wl.trace()``, generated once per workload (its seed included: a `Workload` is frozen, and equal workloads
+    draw equal traces), read-only, so that no simulation or caller can change what the next one reads. At most 32
+    are kept (a 10,000-request trace holds ~400 kB)."""
+    return _drawn(wl, writeable=False)
+
+
+def _resolve_or_refuse(cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, engine_version: str,
+                       usage_context: str) -> ResolvedConfig | str:
+    """vLLM's resolution of ``cfg`` (a frozen `ResolvedConfig`), or its refusal's text."""
+    try:
+        return cfg.resolve(model, hw, engine_version, usage_context)
+    except InvalidConfigError as exc:
+        return str(exc)
+
+
+# A pure function of frozen inputs, each of them part of the key (equal configurations hold equal, normalised flag
+# values; only the package's own `EngineConfig` comes here, never a subclass with a resolution of its own).
+_resolved = lru_cache(maxsize=1024)(_resolve_or_refuse)
+
+
 def simulate_detailed(
     engine_config: EngineConfig | dict[str, Any] | None,
     model: ModelSpec | str | Path,
@@ -75,24 +122,26 @@ def simulate_detailed(
     wl = load_workload(workload)
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(hw.name, engine_version, calibration)
     cfg_in = engine_config if isinstance(engine_config, EngineConfig) else EngineConfig.from_dict(engine_config)
-    try:
-        cfg = cfg_in.resolve(spec, hw, engine_version, usage_context)
-    except InvalidConfigError as exc:
-        return Telemetry.failed(f"invalid_config: {exc}", calibration=cal.id), None, None, []
+    # Remembered for the package's own types and engine; a caller's own (a subclass, another engine) as before.
+    ours = type(cfg_in) is EngineConfig and type(wl) is Workload and engine_cls is EngineSim
+    cfg_or_error = (_resolved if ours else _resolve_or_refuse)(cfg_in, spec, hw, engine_version, usage_context)
+    if isinstance(cfg_or_error, str):
+        return Telemetry.failed(f"invalid_config: {cfg_or_error}", calibration=cal.id), None, None, []
+    cfg = cfg_or_error
     plan = plan_memory(spec, hw, cfg, cal)
     if plan.error:
         return Telemetry.failed(plan.error, calibration=cal.id, num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, []
-    trace = wl.trace()
-    too_long = trace.prompt_len >= cfg.max_model_len
-    if too_long.any():
-        worst = int(trace.prompt_len.max())
+    frozen = _frozen_trace(wl) if ours else _drawn(wl, writeable=True)
+    trace = frozen.trace
+    if frozen.max_prompt >= cfg.max_model_len:  # some prompt_len >= max_model_len
         return Telemetry.failed(
-            f"invalid_config: a prompt of {worst} tokens does not fit max_model_len={cfg.max_model_len} "
+            f"invalid_config: a prompt of {frozen.max_prompt} tokens does not fit max_model_len={cfg.max_model_len} "
             "(vLLM rejects such requests); raise max_model_len or shorten the workload's prompts",
             calibration=cal.id, num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, []
-    capped = np.minimum(trace.output_len, cfg.max_model_len - trace.prompt_len)
-    trace = Trace(trace.arrival_s, trace.prompt_len, capped, trace.prefix_group, trace.prefix_len,
-                  trace.closed_concurrency, trace.seed)
+    if frozen.max_total > cfg.max_model_len:  # some output is capped; else the cap leaves every length as it is
+        capped = np.minimum(trace.output_len, cfg.max_model_len - trace.prompt_len)
+        trace = Trace(trace.arrival_s, trace.prompt_len, capped, trace.prefix_group, trace.prefix_len,
+                      trace.closed_concurrency, trace.seed)
     cost = StepCost(spec, hw, cfg, cal)
     dp = cfg.data_parallel_size
     results = []
@@ -105,7 +154,8 @@ def simulate_detailed(
         except RuntimeError as exc:
             return Telemetry.failed(f"invalid_config: {exc}", calibration=cal.id,
                                     num_gpu_blocks=plan.num_gpu_blocks), cfg, plan, results
-    cat = (lambda f: np.concatenate([getattr(r, f) for r in results]))  # noqa: E731
+    cat = ((lambda f: getattr(results[0], f)) if len(results) == 1 else  # noqa: E731  (read, never written)
+           (lambda f: np.concatenate([getattr(r, f) for r in results])))
     # The client sees each token a front-end hop after the engine produced it (TPOT is unaffected).
     timings = RequestTimings(cat("arrival"), cat("first_token") + cal.frontend_s, cat("finish") + cal.frontend_s,
                              cat("prompt_len"), cat("output_len"))
@@ -150,10 +200,18 @@ def _resolved_flags(cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, engin
     """The configuration a measurement key names: vLLM's resolution of ``cfg``, or ``cfg`` itself where vLLM refuses
     it. A pure function of frozen inputs, asked for several times a step (each workload's key, the store's rows):
     remembered. Never mutated by its callers."""
-    try:
-        return cfg.resolve(model, hw, engine_version, usage_context).to_dict()
-    except InvalidConfigError:
-        return cfg.to_dict()
+    resolved = _resolved(cfg, model, hw, engine_version, usage_context)
+    return cfg.to_dict() if isinstance(resolved, str) else resolved.to_dict()
+
+
+@lru_cache(maxsize=4096)
+def _measurement_key(engine_version: str, usage_context: str, calibration_id: str, cfg: EngineConfig,
+                     model: ModelSpec, hw: HardwareSpec, w: Workload) -> str:
+    """`SimTier.key`: a pure function of its frozen arguments (the calibration by its id, looked up on every call),
+    asked for each workload twice a step (the cache's key, the store's row): remembered."""
+    resolved = _resolved_flags(cfg, model, hw, engine_version, usage_context)
+    return json.dumps([engine_version, calibration_id, model.name, model.total_params, hw.name, resolved,
+                       w.content_hash], sort_keys=True, default=str)
 
 
 class SimTier:
@@ -190,9 +248,7 @@ class SimTier:
 
     def key(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, w: Workload) -> str:
         """What the measurement depends on: release, calibration, model, chip, resolved config, workload content."""
-        resolved = _resolved_flags(cfg, model, hw, self.engine_version, self.usage_context)
-        return json.dumps([self.engine_version, self.calibration(hw).id, model.name, model.total_params, hw.name,
-                           resolved, w.content_hash], sort_keys=True, default=str)
+        return _measurement_key(self.engine_version, self.usage_context, self.calibration(hw).id, cfg, model, hw, w)
 
     def record_fields(self, cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, workloads: Sequence[Workload],
                       tels: Sequence[Telemetry]) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import asdict, dataclass, field, fields, replace
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -148,10 +149,20 @@ def _load(name: str) -> Calibration:
 
 def user_calibration_dir() -> Path:
     """Where ``rsi-env calibrate`` writes fits: ``RSI_ENV_CALIBRATION_DIR``, else the user's cache directory."""
-    env = os.environ.get("RSI_ENV_CALIBRATION_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rsi-env" / "calibration"
+    return Path(_user_dir())
+
+
+def _user_dir() -> str:
+    """`user_calibration_dir` as a string, worked out once per value of the variables it reads."""
+    env = os.environ
+    return _user_dir_of(env.get("RSI_ENV_CALIBRATION_DIR"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+
+
+@lru_cache(maxsize=16)
+def _user_dir_of(own: str | None, xdg: str | None, home: str | None) -> str:
+    if own:
+        return str(Path(own))
+    return str(Path(xdg or Path.home() / ".cache") / "rsi-env" / "calibration")
 
 
 @cache
@@ -192,10 +203,14 @@ def load_calibration(hardware: str, engine_version: str, path: str | Path | None
     found: list[Calibration] = []
     if _in_catalog(name):
         found.append(_load(name))
-    user = user_calibration_dir()
-    if user.is_dir():
-        for p in _user_files(str(user), user.stat().st_mtime_ns, f"{hardware}-{tag}"):
-            cal = _load_user(p, Path(p).stat().st_mtime_ns)
+    user = _user_dir()  # looked at on every call: a fit written meanwhile is used from then on
+    try:
+        st = os.stat(user)
+    except (OSError, ValueError):
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        for p in _user_files(user, st.st_mtime_ns, f"{hardware}-{tag}"):
+            cal = _load_user(p, os.stat(p).st_mtime_ns)
             if cal.hardware == hardware and str(cal.engine_version) == ver:
                 found.append(cal)
     if found:
