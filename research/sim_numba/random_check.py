@@ -36,6 +36,7 @@ CONFIGS = {"defaults": [], "small_batches": ["max_num_seqs=32", "max_num_batched
                                    "enable_chunked_prefill=false", "enforce_eager=true"],
            "priority_async": ["scheduling_policy=priority", "max_num_seqs=48"]}
 MODELS = ("llama-3.1-8b", "mistral-7b", "qwen3-30b-a3b")
+MIXED = [False]  # prefix lengths drawn per request within a group (--mixed-prefix)
 
 
 def _setup(model: str, flags: list[str]) -> tuple[Any, Any, int]:
@@ -71,7 +72,11 @@ def _trace(rng: np.random.Generator, max_len: int) -> Any:
     out = np.minimum(np.exp(rng.normal(rng.uniform(1, 5.5), 1.0, n)).astype(np.int64) + 1, max_len // 2)
     groups = int(rng.integers(0, 6))
     group = rng.integers(-1, groups, n) if groups else np.full(n, -1)
-    plen = np.where(group >= 0, np.minimum(rng.integers(0, 3000, n), prompt), 0)
+    # one prefix length per group (as the workloads have it), the prompt at least that long; ``MIXED``: per request
+    glen = rng.integers(0, 3000, max(groups, 1))
+    plen = np.where(group >= 0, rng.integers(0, 3000, n) if MIXED[0] else glen[np.maximum(group, 0)], 0)
+    prompt = np.maximum(prompt, plen + 1) if not MIXED[0] else prompt
+    plen = np.minimum(plen, prompt)
     return Trace(arrival.astype(np.float64), prompt.astype(np.int64), out.astype(np.int64), group.astype(np.int64),
                  plen.astype(np.int64), closed, 0)
 
@@ -80,7 +85,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=int, default=40, help="per model and configuration")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mixed-prefix", action="store_true", help="prefix lengths per request, not per group")
     args = p.parse_args()
+    MIXED[0] = args.mixed_prefix
     from rsi_env.sim.cost import StepCost
     from rsi_env.sim.engine import EngineSim
 
