@@ -16,13 +16,14 @@ on every set and each Batching evaluation's scores on sim and real; --write repl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
 from pathlib import Path
 
 import yaml
+from closed_loop import EVAL, TERMS, closed_loop_rows
 
-from closed_loop import TERMS, closed_loop_rows
-from rsi_env.calibrate.report import fitted_at, mapes
+from rsi_env.calibrate.report import errors, fitted_at, mapes, named
 from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
 from rsi_env.calibrate.score import evaluate
 from rsi_env.calibrate.timing import fit_terms
@@ -36,13 +37,18 @@ LEASE5 = HERE / "rows/lease5-many_small.jsonl"
 TRAIN_ROLES = ("repeat", "fit", "gauges")
 
 
-def sets() -> dict[str, list[Sample]]:
+def lease2_files(train: bool) -> list[str]:
+    """Lease 2's rows of the training roles (``train``) or of the held-out configurations."""
     roles = {c["name"]: c["role"] for c in yaml.safe_load((HERE / "configs.yaml").read_text())["configs"]}
     files = {n: LEASE2 / f"{n}.jsonl" for n in roles if (LEASE2 / f"{n}.jsonl").exists()}
+    return sorted(str(f) for n, f in files.items() if (roles[n] in TRAIN_ROLES if train else roles[n] == "held_out"))
+
+
+def sets() -> dict[str, list[Sample]]:
     return {
-        "open_train": load_samples(sorted(str(f) for n, f in files.items() if roles[n] in TRAIN_ROLES)),
+        "open_train": load_samples(lease2_files(True)),
         "closed_train": samples_from_rows(closed_loop_rows(("defaults", "c1", "c2", "c3"))),
-        "open_held": load_samples(sorted(str(f) for n, f in files.items() if roles[n] == "held_out")),
+        "open_held": load_samples(lease2_files(False)),
         "closed_held_l7": samples_from_rows(closed_loop_rows(("defaults", "c1"), "batching_sglang_h100_b")),
         "closed_held_l5": load_samples([LEASE5]),
     }
@@ -66,13 +72,28 @@ def main() -> None:
             if part.startswith("closed"):
                 for r in err["per_sample"]:
                     print(f"           {r['config'][:60]:60s} {r['workload']:11s} tok/s {r['sim_tok_s']:8.0f} / "
-                          f"{r['real_tok_s']:8.0f}  tpot {1e3 * r['sim_tpot_p50']:5.1f} / {1e3 * r['real_tpot_p50']:5.1f} ms")
+                          f"{r['real_tok_s']:8.0f}  tpot {1e3 * r['sim_tpot_p50']:5.1f} / "
+                          f"{1e3 * r['real_tpot_p50']:5.1f} ms")
     for t in TERMS:
         print(f"  {t:20s} {getattr(shipped, t):12.4g} -> {getattr(refit, t):12.4g}")
     if args.write:
-        out = ROOT / f"rsi_env/catalog/calibration/{hw.name}-sglang-0.5.yaml"
+        train_files = [*lease2_files(True), str(ROOT / f"data/eval/{EVAL}/real.jsonl")]
+        digest = hashlib.sha256("".join(Path(f).read_text() for f in train_files).encode()).hexdigest()[:12]
+        held = s["open_held"] + s["closed_held_l7"] + s["closed_held_l5"]
+        refit = named(refit, digest, {
+            "fitted": fitted_at(), "procedure": "research/sglang_fit/closed_fit.py (rsi_env.calibrate.timing.fit_terms)",
+            "terms": list(TERMS), "measurements": [str(Path(f).relative_to(ROOT)) for f in train_files],
+            "measurements_sha256_12": digest, "n_train": len(s["open_train"]) + len(s["closed_train"]),
+            "n_held_out": len(held),
+            "held_out_measurements": [*(str(Path(f).relative_to(ROOT)) for f in lease2_files(False)),
+                                      "data/eval/batching_sglang_h100_b/real.jsonl",
+                                      str(LEASE5.relative_to(ROOT))],
+            "held_out_error": errors(evaluate(held, refit, hw)),
+            "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
+            "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
+        out = ROOT / f"rsi_env/catalog/calibration/{hw.name}-{refit.engine_version}.yaml"
         refit.save(out)
-        print(f"wrote {out} ({fitted_at()})")
+        print(f"wrote {out.relative_to(ROOT)} ({refit.id})")
 
 
 if __name__ == "__main__":

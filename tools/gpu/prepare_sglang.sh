@@ -4,7 +4,9 @@
 # 61 MB. Run here from the project's root: `bash tools/gpu/prepare_sglang.sh [--fa3]`. Output: .gpu/s1 .gpu/s2 (ignored
 # by git), with --fa3 also .gpu/f1 ... (FlashAttention-3, SGLang's default attention on Hopper), and
 # .gpu/install_sglang.sh. On the GPU machine, carry one piece per call, back to back, and
-# `source .gpu/install_sglang.sh` in each (see docs/sglang.md).
+# `source .gpu/install_sglang.sh` in each (see docs/sglang.md). Piece sizes in bytes: SGLANG_PIECE (default
+# 61000000) and FA3_PIECE (default 61000000); a call carries the tracked tree too, so with the repository's ~5 MB (data/
+# moved aside) 31100000 and 28000000 pair one SGLang piece with one FA3 piece per call: 4 calls in all.
 #
 # Left out, and why:
 # - sgl_kernel/flash_ops.abi3.so (FlashAttention-3 for SGLang's default "fa3" attention backend on Hopper):
@@ -52,7 +54,7 @@ if [ ! -f "$work/sglang.tar.xz" ]; then
 fi
 rm -rf .gpu/s[0-9]*
 rm -f "$work"/part.*
-split -b 61000000 -d "$work/sglang.tar.xz" "$work/part."
+split -b "${SGLANG_PIECE:-61000000}" -d "$work/sglang.tar.xz" "$work/part."
 n=$(ls "$work"/part.* | wc -l)
 i=0
 for p in "$work"/part.*; do
@@ -68,7 +70,7 @@ if [ "$fa3" = 1 ]; then
     rm -rf "$work/fa3"
   fi
   rm -f "$work"/fpart.*
-  split -b 61000000 -d "$work/flash_ops.tar.xz" "$work/fpart."
+  split -b "${FA3_PIECE:-61000000}" -d "$work/flash_ops.tar.xz" "$work/fpart."
   n=$(ls "$work"/fpart.* | wc -l)
   i=0
   for p in "$work"/fpart.*; do

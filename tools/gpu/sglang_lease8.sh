@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Lease 8's measurement for issue 32 (research/plans/sglang_lease8.md), run on the device after
+# `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the device returns no more).
+#
+#   bash tools/gpu/sglang_lease8.sh SECONDS STEP...
+#
+# SECONDS: what this call may still spend. STEP, in the order given, each one engine start, only while 110 s are left:
+#   h4 h5 h6 h7   held-out configurations on Batching-v0's two workloads (closed loop, 256 users) -> rows.jsonl
+#   passes        the defaults on many_small logging every decode pass (decode_log_interval 1) -> rows.jsonl
+#   rN            repeat N of the plan PLAN (env, default batching_sglang_h100_c): its defaults, c1 and c2 promoted
+#                 -> rN/real.jsonl
+# Every start's log is appended to logs.txt under a header line; progress.txt says what ran and when.
+set -u
+budget=${1:?seconds}; shift
+start=$SECONDS
+out=${OUT:?set OUT to the folder whose files come back}
+plan=${PLAN:-batching_sglang_h100_c}
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$name" in
+  *H200*) card=h200 ;;
+  *H100*) card=h100-sxm ;;
+  *) echo "sglang_lease8: unknown card: $name" >&2; exit 2 ;;
+esac
+echo "card: $name -> $card" >> "$out/progress.txt"
+work=$(mktemp -d)
+python3 - "$work" <<'PY'
+import json, sys, yaml
+doc = json.load(open("configs/eval/batching_sglang_h100.candidates.json"))
+for w in doc["workloads"]:
+    open(f"{sys.argv[1]}/{w['name']}.yaml", "w").write(yaml.safe_dump(w))
+PY
+left() { echo $((budget - (SECONDS - start))); }
+log() { echo "$1: $2 at $((SECONDS - start)) s" >> "$out/progress.txt"; }
+drive() {  # $1: a label; the rest: driver arguments
+  local label=$1; shift
+  if [ "$(left)" -lt 110 ]; then log "$label" "skipped ($(left) s left)"; return; fi
+  echo "===== $label" >> "$out/logs.txt"
+  timeout $(( $(left) - 5 )) python3 -m rsi_env.real.sglang_driver --model llama-3.1-8b --hardware "$card" \
+    --slo-from-workload --out "$out/rows.jsonl" "$@" >> "$out/logs.txt" 2>&1
+  log "$label" "exit $?"
+}
+both=(--workload "$work/short_long.yaml" --workload "$work/many_small.yaml")
+for step in "$@"; do
+  case "$step" in
+    h4) drive h4 "${both[@]}" --set max_running_requests=192 --set chunked_prefill_size=4096 ;;
+    h5) drive h5 "${both[@]}" --set schedule_conservativeness=0.3 --set cuda_graph_max_bs=160 ;;
+    h6) drive h6 "${both[@]}" --set chunked_prefill_size=2048 --set max_prefill_tokens=4096 ;;
+    h7) drive h7 "${both[@]}" --set page_size=16 --set schedule_policy=lpm ;;
+    passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 ;;
+    r[0-9]*)
+      if [ "$(left)" -lt 260 ]; then log "$step" "skipped ($(left) s left)"; continue; fi
+      echo "===== $step" >> "$out/logs.txt"
+      python3 -m rsi_env.evaluate.promote --plan "configs/eval/$plan.yaml" --only defaults,c1,c2 --gpus 0 \
+        --hardware "$card" --deadline-s $(( $(left) - 10 )) --out "$out/$step" >> "$out/logs.txt" 2>&1
+      log "$step" "exit $?" ;;
+    *) log "$step" "unknown step" ;;
+  esac
+done
+exit 0
