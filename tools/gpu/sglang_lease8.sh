@@ -11,6 +11,7 @@
 #                 -> rN/real.jsonl
 # Every start's log is appended to logs.txt under a header line; progress.txt says what ran and when.
 set -u
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"  # rsi_env from this tree, in every process promote starts
 budget=${1:?seconds}; shift
 start=$SECONDS
 out=${OUT:?set OUT to the folder whose files come back}
