@@ -28,7 +28,7 @@ sys.path.insert(1, str(HERE.parents[1]))  # the repo root: tests.golden's config
 __all__ = ["PortEngine", "main"]
 
 STATUS = {1: "status 1 (preemption)", 2: "status 2 (span outside a CUDA graph)", 3: "status 3 (deadlock)",
-          4: "status 4 (allocation beyond the free blocks)"}
+          4: "status 4 (allocation beyond the free blocks)", 5: "status 5 (a pool invariant broken)"}
 LOG: list[str] = []  # per engine run of the current case: "port" or the fallback's reason
 LOOP: dict[str, Any] = {}
 
@@ -65,11 +65,14 @@ class PortEngine:
         cfg, cost, trace, blocks, check = self.args
         mod = LOOP["mod"]
         records = getattr(mod, "RECORDS", False)  # the loop keeps a step trace
-        why = "step trace" if (self.record_steps and not records) else "invariant checks" if check else \
-            LOOP["reason"](cfg, cost, trace)
+        checks = getattr(mod, "CHECKS", False)  # and checks the pool's invariants
+        why = "step trace" if (self.record_steps and not records) else "invariant checks" if (check and not checks) \
+            else LOOP["reason"](cfg, cost, trace)
         if why is None:
-            res, prof, status = (mod.run_compiled(cfg, cost, trace, blocks, record=True) if self.record_steps else
-                                 mod.run_compiled(cfg, cost, trace, blocks))
+            kw = {"record": True} if self.record_steps else {}
+            if check:
+                kw["check"] = True
+            res, prof, status = mod.run_compiled(cfg, cost, trace, blocks, **kw)
             if not status:
                 LOG.append("port")
                 cost.engine_cpu_rest(prof, res["busy_time"])

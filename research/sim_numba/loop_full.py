@@ -20,10 +20,11 @@ What it adds to `loop_group`, each as `rsi_env/sim` does it, in its order:
   Python engine applies it, a span's context capped at the batch times the window and its KV part as the pairwise sum
   of its kernels (`StepCost.add_span_parts`).
 
-- the step trace (`record=True`: `EngineSim._record`'s rows, in arrays that double as they fill).
+- the step trace (`record=True`: `EngineSim._record`'s rows, in arrays that double as they fill);
+- invariant checks (`check=True`: `BlockPool.check`'s conditions after each step and span, status 5 if broken).
 
-Not covered (`reason` says so): invariant checks, an `EngineSim` subclass's keys, SGLang's prefill
-capture sizes.
+Not covered: an `EngineSim` subclass as such (a policy's static keys can be passed in, ``keys=``), SGLang's prefill
+capture sizes (`reason` refuses them).
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def _padded(t, sizes):  # type: ignore[no-untyped-def]
 
 
 # ---- the block pool (`BlockPool`) --------------------------------------------------------------------------------
-# ps: [free_plain, evictable, a take beyond the free blocks]; per chain: cached, refs, in_lru, prv/nxt (index S the list's sentinel).
+# ps: [free_plain, evictable, a take beyond the free blocks, owned]; per chain: cached, refs, in_lru, prv/nxt (index S the list's sentinel).
 @njit(cache=True, fastmath=False)
 def _lru_unlink(c, prv, nxt, in_lru):  # type: ignore[no-untyped-def]
     p = prv[c]
@@ -193,6 +194,7 @@ def _take(n, ps, cached, prv, nxt, in_lru, S):  # type: ignore[no-untyped-def]
     if n > ps[0] + ps[1]:  # `BlockPool.take` raises: the run stops (status 4), the Python engine reports it
         ps[2] = 1
         return
+    ps[3] += n
     use = min(n, ps[0])
     ps[0] -= use
     n -= use
@@ -230,6 +232,7 @@ def _unacquire(c, ps, cached, refs, prv, nxt, in_lru, S):  # type: ignore[no-unt
 def _claim(c, ps, cached, prv, nxt, in_lru):  # type: ignore[no-untyped-def]
     n = cached[c]
     cached[c] = 0
+    ps[3] += n
     if in_lru[c]:
         _lru_unlink(c, prv, nxt, in_lru)
         ps[1] -= n
@@ -241,10 +244,26 @@ def _park(c, n, ps, cached, prv, nxt, in_lru, S):  # type: ignore[no-untyped-def
     if n <= 0:
         return
     cached[c] += n
+    ps[3] -= n
     if in_lru[c]:
         _lru_unlink(c, prv, nxt, in_lru)
     _lru_append(c, prv, nxt, in_lru, S)
     ps[1] += n
+
+
+@njit(cache=True, fastmath=False)
+def _check(num_blocks, ps, cached, refs, in_lru):  # type: ignore[no-untyped-def]
+    """`BlockPool.check`: True when it would raise."""
+    held = 0
+    lru = 0
+    for c in range(cached.shape[0]):
+        if refs[c] > 0:
+            held += cached[c]
+        if in_lru[c]:
+            lru += cached[c]
+    if lru != ps[1] or ps[0] < 0 or ps[1] < 0 or ps[3] < 0:
+        return True
+    return ps[0] + ps[1] + ps[3] + held != num_blocks
 
 
 @njit(cache=True, fastmath=False)
@@ -258,6 +277,7 @@ def _release(i, preempt, caching, bs, ngroups, comp, shared, in_group, chain_pos
         _park(ngroups + i, full, ps, cached, prv, nxt, in_lru, S)
         owned -= full
     ps[0] += owned
+    ps[3] -= owned
     if in_group[i]:
         _unacquire(group[i], ps, cached, refs, prv, nxt, in_lru, S)
         in_group[i] = False
@@ -266,7 +286,7 @@ def _release(i, preempt, caching, bs, ngroups, comp, shared, in_group, chain_pos
 
 
 @njit(cache=True, fastmath=False)
-def _extend_prefix(i, upto, bs, pblocks, chain_pos, in_group, group, shared, cached):  # type: ignore[no-untyped-def]
+def _extend_prefix(i, upto, bs, pblocks, chain_pos, in_group, group, shared, cached, ps):  # type: ignore[no-untyped-def]
     """`Scheduler._extend_prefix`."""
     pb = pblocks[i]
     pos = chain_pos[i]
@@ -278,6 +298,7 @@ def _extend_prefix(i, upto, bs, pblocks, chain_pos, in_group, group, shared, cac
     g = group[i]
     if cached[g] == pos:
         cached[g] += covered - pos
+        ps[3] -= covered - pos
         shared[i] += covered - pos
     chain_pos[i] = covered
 
@@ -343,8 +364,8 @@ def _context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq):  # type: ign
 
 @njit(cache=True, fastmath=False)
 def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_blocks, max_seqs, max_tokens, thr,
-          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, keyed, wkey, vkey, out_f, out_i,
-          prof):  # type: ignore[no-untyped-def]
+          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, keyed, wkey, vkey, check, out_f,
+          out_i, prof):  # type: ignore[no-untyped-def]
     n = arrival.shape[0]
     issued = min(closed, n) if closed else 0
     comp = np.zeros(n, np.int64)
@@ -354,7 +375,7 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
     finish = np.full(n, np.nan)
     # the block pool
     S = ngroups + n
-    ps = np.zeros(3, np.int64)
+    ps = np.zeros(4, np.int64)
     ps[0] = num_blocks
     cached = np.zeros(S + 1, np.int64)
     refs = np.zeros(S + 1, np.int64)
@@ -603,6 +624,9 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                                 run[m] = i
                                 m += 1
                         nrun = m
+                    if check and _check(num_blocks, ps, cached, refs, in_lru):
+                        status = 5
+                        break
                     continue
         # the running requests
         budget = max_tokens
@@ -643,7 +667,7 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                         w = cc if cc < WE else WE
                         pairs += nn * w + nn * (nn + 1) / 2.0
                         pctx += w
-                        _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
+                        _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
                     if nch:
                         uniform = False
             if not fast:
@@ -703,7 +727,7 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                                 w = cc if cc < WE else WE
                                 pairs += nn * w + nn * (nn + 1) / 2.0
                                 pctx += w
-                                _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
+                                _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
                         uniform = False
                 else:  # one by one, preempting when blocks run out
                     nch = 0
@@ -760,7 +784,7 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                             w = cc if cc < WE else WE
                             pairs += nn * w + nn * (nn + 1) / 2.0
                             pctx += w
-                            _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
+                            _extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
                         ch_i[nch] = i
                         ch_n[nch] = nn
                         nch += 1
@@ -820,14 +844,17 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                 got = _claim(priv, ps, cached, prv, nxt, in_lru)
                 if got > hp:
                     ps[0] += got - hp
+                    ps[3] -= got - hp
             elif was_pre[i] and cached[priv]:
-                ps[0] += _claim(priv, ps, cached, prv, nxt, in_lru)
+                got = _claim(priv, ps, cached, prv, nxt, in_lru)
+                ps[0] += got
+                ps[3] -= got
             shared[i] = hg
             chain_pos[i] = hg
             comp[i] = start
             _take(_cdiv(start + nn, bs) - hg - hp, ps, cached, prv, nxt, in_lru, S)
             if pblocks[i]:
-                _extend_prefix(i, start + nn, bs, pblocks, chain_pos, in_group, group, shared, cached)
+                _extend_prefix(i, start + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
             w = start if start < WE else WE
             pairs += nn * w + nn * (nn + 1) / 2.0
             pctx += w
@@ -936,6 +963,9 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
                 rec_i[nrec, 2] = sampled
                 rec_i[nrec, 3] = (2 if ntok <= maxg else 0) if uniform else (1 if ntok <= maxg else 0)
                 nrec += 1
+            if check and _check(num_blocks, ps, cached, refs, in_lru):
+                status = 5
+                break
         # regroup: prompts done join the decode group, in running order
         m = 0
         for x in range(npre):
@@ -990,13 +1020,15 @@ def _loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_b
 
 
 RECORDS = True  # `run_compiled` keeps the step trace when asked
+CHECKS = True  # and checks the pool's invariants when asked
 
 
 def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int, record: bool = False,
-                 keys: Any = None) -> tuple[dict[str, Any], list[float], int]:
+                 keys: Any = None, check: bool = False) -> tuple[dict[str, Any], list[float], int]:
     """`EngineSim(cfg, cost, trace, num_gpu_blocks, record_steps=record).run()`'s numbers: (result fields, the step
     trace under ``"steps"`` (None unless ``record``), profile parts before `StepCost.engine_cpu_rest`, status: 0 done,
-    3 deadlock (the Python engine raises there), 4 an allocation beyond the free blocks (it raises there too)).
+    3 deadlock (the Python engine raises there), 4 an allocation beyond the free blocks (it raises there too), 5 an
+    invariant broken (``check``: `BlockPool.check` after each step and span, as ``check_invariants=True``)).
 
     ``keys``: a scheduling policy's static keys (`rsi_env.engine.policy.PolicyKeys`: ``waiting``, ``victim`` per
     request, as `PolicyEngineSim` consults them; the priority policy); None: the arrival times (`EngineSim`'s)."""
@@ -1030,7 +1062,7 @@ def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int, record: b
         int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
         bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
         linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed, float(cost.cal.frontend_s),
-        bool(record), keys is not None, wkey, vkey, out_f, out_i, prof)
+        bool(record), keys is not None, wkey, vkey, bool(check), out_f, out_i, prof)
     res = {"arrival": arrival, "first_token": first, "finish": finish, "generated": known - prompt,
            "num_steps": int(out_i[0]), "tokens_scheduled": int(out_i[1]), "prefix_queries": int(out_i[2]),
            "num_preemptions": int(out_i[4]), "prefix_hits": int(out_i[5]), "preempted_prefix_hits": int(out_i[6]),

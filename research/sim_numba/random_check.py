@@ -5,8 +5,9 @@ Each configuration's `ResolvedConfig` and `StepCost` come from `simulate_detaile
 MoE; vLLM's defaults, small batches, fp8 without prefix caching, a long-prefill threshold, priority + sync + eager
 + no chunked prefill, and capture sizes in an unsorted order built directly); each trace draws Poisson or burst or
 closed-loop arrivals, prompt and output lengths, shared-prefix groups, and a KV pool from a handful of blocks to the
-plan's, so that preemption, eviction of parked and group chains, and deadlocks all occur. A run the Python engine
-refuses (`RuntimeError`) must be one the port stops (status 3 or 4).
+plan's, so that preemption, eviction of parked and group chains, and deadlocks all occur. Both sides check the
+pool's invariants after every step (``check_invariants=True``, ``check=True``). A run the Python engine refuses
+(`RuntimeError`, or `AssertionError` from `BlockPool.check`) must be one the port stops (status 3, 4 or 5).
 
     PYTHONPATH=/tmp/numba_site nice -n 10 python3 research/sim_numba/random_check.py [--traces 40] [--seed 0]
 """
@@ -111,12 +112,12 @@ def main() -> None:
                     blocks = int(rng.choice([plan_blocks, need + rng.integers(0, 50), int(need * rng.uniform(1, 6)),
                                              rng.integers(2, 40)]))
                     try:
-                        ref = EngineSim(c, co, trace, blocks).run()
-                    except RuntimeError:
+                        ref = EngineSim(c, co, trace, blocks, check_invariants=True).run()
+                    except (RuntimeError, AssertionError):
                         ref = None
-                    res, prof, status = loop_full.run_compiled(c, co, trace, blocks, record=True)
+                    res, prof, status = loop_full.run_compiled(c, co, trace, blocks, record=True, check=True)
                     if ref is None or status:
-                        verdict = "both refuse" if (ref is None and status in (3, 4)) else \
+                        verdict = "both refuse" if (ref is None and status in (3, 4, 5)) else \
                             f"MISMATCH (python {'raises' if ref is None else 'runs'}, status {status})"
                     else:
                         from rsi_env.engine.profile import Profile

@@ -61,6 +61,7 @@ class Both:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="")
+    p.add_argument("--check", action="store_true", help="check_invariants=True on both sides")
     args = p.parse_args()
     golden_check.LOOP["mod"] = loop_full
     golden_check.LOOP["reason"] = loop_full.reason
@@ -74,7 +75,7 @@ def main() -> None:
             continue
         RUNS.clear()
         _, _, _, results = simulate_detailed(_parse_sets(flags), name.split("/")[0], "h200", wl, engine_cls=Both,
-                                             record_steps=True)
+                                             record_steps=True, check_invariants=args.check)
         steps += sum(len(r.steps["t"]) for r in results if r.steps is not None)
         if not RUNS:
             verdict = "no engine run"
