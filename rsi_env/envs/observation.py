@@ -129,19 +129,20 @@ class Observing:
         tel = np.zeros(len(OBS_FIELDS), dtype=np.float32)
         if self.last_tels and all(t.ok for t in self.last_tels):
             shares = [t.profile.fractions() for t in self.last_tels]
+            pairs = list(zip(self.last_tels, self.base_tels, shares, strict=True))
             for k, f in enumerate(OBS_FIELDS):
-                vals = []
-                for t, b, share in zip(self.last_tels, self.base_tels, shares, strict=True):
-                    if f in _PROFILE_PART:
-                        vals.append(share[_PROFILE_PART[f]])
-                        continue
-                    v, bv = float(getattr(t, f)), float(getattr(b, f))
-                    if f in _RATIO:
+                part = _PROFILE_PART.get(f)
+                if part is not None:
+                    vals = [share[part] for _, _, share in pairs]
+                elif f in _RATIO:
+                    vals = []
+                    for t, b, _ in pairs:
+                        v, bv = float(getattr(t, f)), float(getattr(b, f))
                         vals.append(math.log(max(v, 1e-9) / max(bv, 1e-9)) if bv > 0 and v > 0 else 0.0)
-                    elif f == "num_preemptions":
-                        vals.append(math.log1p(v))
-                    else:
-                        vals.append(v)
+                elif f == "num_preemptions":
+                    vals = [math.log1p(float(getattr(t, f))) for t, _, _ in pairs]
+                else:
+                    vals = [float(getattr(t, f)) for t, _, _ in pairs]
                 x = _mean(vals)
                 tel[k] = math.exp(x) if f in _RATIO else x
         return tel

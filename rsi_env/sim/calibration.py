@@ -215,5 +215,10 @@ def load_calibration(hardware: str, engine_version: str, path: str | Path | None
                 found.append(cal)
     if found:
         return max(reversed(found), key=_fitted)  # ties: the later in the list (a user's fit over the catalog's)
-    base = _load("default.yaml")
-    return replace(base, hardware=hardware, engine_version=ver)
+    return _default_for(hardware, ver)
+
+
+@lru_cache(maxsize=64)
+def _default_for(hardware: str, ver: str) -> Calibration:
+    """The catalog's default calibration, named for (hardware, version): frozen, like the catalog's own files."""
+    return replace(_load("default.yaml"), hardware=hardware, engine_version=ver)

@@ -207,3 +207,14 @@ def test_to_dict_is_dataclasses_asdict_with_lists():
                                           "quantization": "fp8"}
     r = cfg.resolve(MODEL, GPU)
     assert r.to_dict() == {**dataclasses.asdict(r), "cudagraph_capture_sizes": list(r.cudagraph_capture_sizes)}
+
+
+def test_a_chip_without_a_fit_gets_the_default_named_for_it_each_time():
+    from rsi_env.sim.calibration import _load
+
+    for hw, ver in (("l4", "0.26"), ("l40s", "0.26"), ("l4", "0.25")):
+        cal = load_calibration(hw, ver)
+        assert cal == replace(_load("default.yaml"), hardware=hw, engine_version=ver)
+        assert load_calibration(hw, ver) == cal and cal.hardware == hw and cal.engine_version == ver
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cal.hardware = "h200"  # type: ignore[misc]  (shared between calls: frozen)
