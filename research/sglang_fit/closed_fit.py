@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import yaml
 from closed_loop import EVAL, TERMS, closed_loop_rows
 
 from rsi_env.calibrate.report import errors, fitted_at, mapes, named
-from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
+from rsi_env.calibrate.samples import Sample, load_samples
 from rsi_env.calibrate.score import evaluate
 from rsi_env.calibrate.timing import fit_terms
 from rsi_env.engine.hardware import load_hardware
@@ -34,6 +35,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LEASE2 = ROOT / "data/sglang/0.5.17-h100/lease2"
 LEASE5 = HERE / "rows/lease5-many_small.jsonl"
+CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop rows, one driver-form line per workload
+EXPORTS = {"lease4.jsonl": (EVAL, ("defaults", "c1", "c2", "c3")),
+           "lease7.jsonl": ("batching_sglang_h100_b", ("defaults", "c1"))}
 TRAIN_ROLES = ("repeat", "fit", "gauges")
 
 
@@ -47,19 +51,35 @@ def lease2_files(train: bool) -> list[str]:
 def sets() -> dict[str, list[Sample]]:
     return {
         "open_train": load_samples(lease2_files(True)),
-        "closed_train": samples_from_rows(closed_loop_rows(("defaults", "c1", "c2", "c3"))),
+        "closed_train": load_samples([CLOSED / "lease4.jsonl"]),
         "open_held": load_samples(lease2_files(False)),
-        "closed_held_l7": samples_from_rows(closed_loop_rows(("defaults", "c1"), "batching_sglang_h100_b")),
+        "closed_held_l7": load_samples([CLOSED / "lease7.jsonl"]),
         "closed_held_l5": load_samples([LEASE5]),
     }
+
+
+def export() -> None:
+    """Write the evaluations' closed-loop rows in the driver's form (what `load_samples` and a calibration's
+    provenance name), one line per (configuration, workload)."""
+    CLOSED.mkdir(parents=True, exist_ok=True)
+    for name, (evaluation, configs) in EXPORTS.items():
+        rows = closed_loop_rows(configs, evaluation)
+        (CLOSED / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"wrote {len(rows)} rows to {(CLOSED / name).relative_to(ROOT)}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
     args = ap.parse_args()
+    if args.export:
+        export()
+        return
     s = sets()
+    train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
+    digest = hashlib.sha256("".join(Path(f).read_text() for f in train_files).encode()).hexdigest()[:12]
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
     t0 = time.perf_counter()
@@ -77,17 +97,14 @@ def main() -> None:
     for t in TERMS:
         print(f"  {t:20s} {getattr(shipped, t):12.4g} -> {getattr(refit, t):12.4g}")
     if args.write:
-        train_files = [*lease2_files(True), str(ROOT / f"data/eval/{EVAL}/real.jsonl")]
-        digest = hashlib.sha256("".join(Path(f).read_text() for f in train_files).encode()).hexdigest()[:12]
         held = s["open_held"] + s["closed_held_l7"] + s["closed_held_l5"]
         refit = named(refit, digest, {
             "fitted": fitted_at(), "procedure": "research/sglang_fit/closed_fit.py (rsi_env.calibrate.timing.fit_terms)",
             "terms": list(TERMS), "measurements": [str(Path(f).relative_to(ROOT)) for f in train_files],
             "measurements_sha256_12": digest, "n_train": len(s["open_train"]) + len(s["closed_train"]),
             "n_held_out": len(held),
-            "held_out_measurements": [*(str(Path(f).relative_to(ROOT)) for f in lease2_files(False)),
-                                      "data/eval/batching_sglang_h100_b/real.jsonl",
-                                      str(LEASE5.relative_to(ROOT))],
+            "held_out_measurements": [str(Path(f).relative_to(ROOT))
+                                      for f in (*lease2_files(False), CLOSED / "lease7.jsonl", LEASE5)],
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
