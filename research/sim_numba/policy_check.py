@@ -1,6 +1,7 @@
 """A scheduling policy's keys (`rsi_env.sim.policy_hook.PolicyEngineSim`) through the compiled loop: random static
 keys, ties included, on golden traces and configurations that queue and preempt; every `SimResult` field and the
-step trace compared with the Python engine's (``==``, NaN equal to NaN).
+step trace compared with the Python engine's (``==``, NaN equal to NaN); then `simulate_policy` (with invariant
+checks) with `PortPolicyEngine` standing in for `PolicyEngineSim`, its telemetry's ``to_json`` compared.
 
     PYTHONPATH=/tmp/numba_site nice -n 10 python3 research/sim_numba/policy_check.py [--seeds 3]
 """
@@ -71,6 +72,57 @@ class Both:
 SEED = [0]
 
 
+class PortPolicyEngine:
+    """`PolicyEngineSim`'s stand-in in `simulate_policy`: the compiled loop given the policy's keys (the Python
+    `PolicyEngineSim` where the loop stops)."""
+
+    def __init__(self, cfg: Any, cost: Any, trace: Any, blocks: int, check: bool = False, *, keys: Any) -> None:
+        self.a = (cfg, cost, trace, blocks, check)
+        self.keys = keys
+
+    def run(self) -> Any:
+        from rsi_env.engine.profile import Profile
+        from rsi_env.sim.engine import SimResult
+        from rsi_env.sim.policy_hook import PolicyEngineSim
+
+        cfg, cost, trace, blocks, check = self.a
+        res, prof, status = loop_full.run_compiled(dataclasses.replace(cfg, scheduling_policy="priority"), cost,
+                                                   trace, blocks, record=True, keys=self.keys, check=check)
+        if status:
+            return PolicyEngineSim(cfg, cost, trace, blocks, check, keys=self.keys).run()
+        cost.engine_cpu_rest(prof, res["busy_time"])
+        return SimResult(
+            arrival=res["arrival"], first_token=res["first_token"], finish=res["finish"],
+            prompt_len=trace.prompt_len.astype(np.int64), output_len=trace.output_len.astype(np.int64),
+            generated=res["generated"], num_steps=res["num_steps"], num_preemptions=res["num_preemptions"],
+            prefix_queries=res["prefix_queries"], prefix_hits=res["prefix_hits"], kv_usage_peak=res["kv_usage_peak"],
+            busy_time=res["busy_time"], running_time_integral=res["running_time_integral"],
+            tokens_scheduled=res["tokens_scheduled"], steps=res["steps"],
+            preempted_prefix_hits=res["preempted_prefix_hits"], profile=Profile(*prof))
+
+
+def via_simulate_policy(model: str, wl: str, flags: list[str], seed: int) -> bool | None:
+    """`simulate_policy`'s telemetry (``to_json``) with `PolicyEngineSim` and with `PortPolicyEngine`: equal?"""
+    import rsi_env.sim.policy_hook as hook
+    from rsi_env.cli import _parse_sets
+    from rsi_env.engine.config import EngineConfig
+    from rsi_env.engine.workload import load_workload
+
+    w = load_workload(wl)
+    keys = _keys(w.trace(), seed)
+    cfg = EngineConfig.from_dict(_parse_sets(flags))
+    if cfg.data_parallel_size not in (None, 1):
+        return None
+    orig = hook.PolicyEngineSim
+    try:
+        ref, _ = hook.simulate_policy(cfg, model, "h200", w, keys, check_invariants=True)
+        hook.PolicyEngineSim = PortPolicyEngine  # type: ignore[misc]
+        got, _ = hook.simulate_policy(cfg, model, "h200", w, keys, check_invariants=True)
+    finally:
+        hook.PolicyEngineSim = orig  # type: ignore[misc]
+    return bool(ref.to_json() == got.to_json())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3)
@@ -82,7 +134,7 @@ def main() -> None:
     cases = [(m, str(outputs.TRACES / f"{t}.yaml"), c) for m in ("llama-3.1-8b", "mistral-7b", "qwen3-30b-a3b")
              for t in ("poisson_1000", "burst_1000", "prefix_poisson_1000") for c in ("defaults", "tight_kv")]
     cases += [("llama-3.1-8b", w, "small_batches") for w in ("shared_prefix_many", "rag_chat", "short_long")]
-    same = total = none = 0
+    same = total = none = tele = 0
     for model, wl, cname in cases:
         for seed in range(args.seeds):
             SEED[0] = seed
@@ -91,8 +143,12 @@ def main() -> None:
             total += bool(OUT)
             none += not OUT
             same += all(o.startswith("same") for o in OUT) and bool(OUT)
-            print(f"{model}/{Path(wl).stem}/{cname} keys {seed}: {'; '.join(OUT) or 'no engine run'}", flush=True)
-    print(f"\n{same} of {total} cases identical ({none} more: the configuration fails before any engine run)")
+            via = via_simulate_policy(model, wl, outputs.TRACE_CONFIGS[cname], seed)
+            tele += bool(via)
+            print(f"{model}/{Path(wl).stem}/{cname} keys {seed}: {'; '.join(OUT) or 'no engine run'}; "
+                  f"simulate_policy --json == with PortPolicyEngine: {via}", flush=True)
+    print(f"\n{same} of {total} cases identical ({none} more: the configuration fails before any engine run); "
+          f"simulate_policy telemetry identical with the port standing in: {tele} of {same + none}")
 
 
 if __name__ == "__main__":

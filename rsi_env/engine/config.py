@@ -10,8 +10,7 @@ plan and live in :mod:`rsi_env.sim.memory`.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, fields, replace
-from functools import cache, lru_cache
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from rsi_env.engine.hardware import HardwareSpec
@@ -189,19 +188,7 @@ class EngineConfig:
         for k in changes:
             if k not in FLAGS:
                 return EngineConfig.from_dict({**self.to_dict(), **changes})
-        if type(self) is not EngineConfig:
-            return replace(self, **changes)
-        # What `dataclasses.replace` gives, validating only the changed flags (the others were, when self was made).
-        out = object.__new__(EngineConfig)
-        out.__dict__.update(self.__dict__)
-        for k, default in _FIELD_DEFAULTS.items():  # in field order, as __post_init__ checks them
-            if k not in changes:
-                continue
-            v = changes[k]
-            if v is None and default is not None:
-                raise InvalidConfigError(k, v, FLAGS[k].allowed(), "this flag cannot be unset")
-            object.__setattr__(out, k, _check(k, v))
-        return out
+        return replace(self, **changes)
 
     @property
     def num_gpus(self) -> int:
@@ -210,18 +197,15 @@ class EngineConfig:
 
     def to_dict(self, *, only_set: bool = False) -> dict[str, Any]:
         """Flags as plain data (tuples as lists); ``only_set`` drops flags left at their defaults."""
-        # Field by field (every value a scalar, None or a tuple of ints): what dataclasses' recursive copy gives.
-        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
         if only_set:
-            defaults = _defaults()
+            defaults = EngineConfig()
             out = {k: v for k, v in out.items() if getattr(defaults, k) != getattr(self, k)}
         return out
 
     def resolve(self, model: ModelSpec, hardware: HardwareSpec, engine_version: str = "0.26",
                 usage_context: str = "server") -> ResolvedConfig:
         """The concrete config the given vLLM release would run, or vLLM's refusal as `InvalidConfigError`."""
-        if type(self) is EngineConfig and type(model) is ModelSpec and type(hardware) is HardwareSpec:
-            return _resolve_remembered(self, model, hardware, engine_version, usage_context)
         return _resolve(self, model, hardware, engine_version, usage_context)
 
 
@@ -261,31 +245,9 @@ class ResolvedConfig:
         return 1.0 if self.quantization else float(model.dtype_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}  # scalars, and one tuple of ints
+        out = asdict(self)
         out["cudagraph_capture_sizes"] = list(self.cudagraph_capture_sizes)
         return out
-
-
-_FIELD_DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
-
-
-def _resolve_remembered(cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, engine_version: str,
-                        usage_context: str) -> ResolvedConfig:
-    """`_resolve` of the package's own frozen types, remembered (a pure function of them, asked for several times a
-    step: the env's check, its measurement keys, the simulator). Only resolutions are kept: a refusal is worked out,
-    and raised afresh, each time."""
-    return _resolve_cache(cfg, model, hw, engine_version, usage_context)
-
-
-def _plain(v: Any) -> Any:
-    """A flag's value as `EngineConfig.to_dict` gives it: a tuple as a list, anything else as it is."""
-    return list(v) if isinstance(v, tuple) else v
-
-
-@cache
-def _defaults() -> EngineConfig:
-    """vLLM's defaults, `EngineConfig()` (frozen: built once, validated once)."""
-    return EngineConfig()
 
 
 def default_capture_sizes(max_size: int, max_num_batched_tokens: int) -> list[int]:
@@ -302,7 +264,7 @@ def _resolve(cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, engine_versi
     ver = get_version(engine_version)
     if usage_context not in USAGE_CONTEXTS:
         raise InvalidConfigError("usage_context", usage_context, f"one of {USAGE_CONTEXTS}")
-    defaults = _defaults()
+    defaults = EngineConfig()
     for flag in ver.removed_flags:
         if getattr(cfg, flag) != getattr(defaults, flag):
             raise InvalidConfigError(flag, getattr(cfg, flag), f"flags of vLLM {ver.version}",
@@ -398,7 +360,3 @@ def _resolve(cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, engine_versi
         scheduling_policy=cfg.scheduling_policy,
         async_scheduling=(not is_cpu) if cfg.async_scheduling is None else cfg.async_scheduling,
     )
-
-
-# `_resolve_remembered`'s memory: the last 1024 (configuration, model, chip, release, usage context) resolved.
-_resolve_cache = lru_cache(maxsize=1024)(_resolve)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, cast
 
 from rsi_env.engine.config import FLAGS, EngineConfig, FlagSpec
@@ -25,7 +26,19 @@ SGLANG_RELEASE = "sglang-0.5.17"  # the SGLang release the sim models and the re
 
 
 def _vllm_check(cfg: Any, model: ModelSpec, hw: HardwareSpec, engine_version: str) -> None:
-    cfg.resolve(model, hw, engine_version)  # vLLM's refusals at start (memory, block sizes, lengths)
+    # vLLM's refusals at start (memory, block sizes, lengths); the package's own frozen types' through a memory
+    if type(cfg) is EngineConfig and type(model) is ModelSpec and type(hw) is HardwareSpec:
+        _vllm_accepts(cfg, model, hw, engine_version)
+    else:
+        cfg.resolve(model, hw, engine_version)
+
+
+@lru_cache(maxsize=1024)
+def _vllm_accepts(cfg: EngineConfig, model: ModelSpec, hw: HardwareSpec, engine_version: str) -> bool:
+    """True where vLLM resolves ``cfg`` (a pure function of frozen inputs, each in the key: remembered); a refusal
+    raises, and is worked out afresh each time (`lru_cache` keeps no exception)."""
+    cfg.resolve(model, hw, engine_version)
+    return True
 
 
 def _sglang_check(cfg: Any, model: ModelSpec, hw: HardwareSpec, engine_version: str) -> None:

@@ -7,7 +7,7 @@
 # SECONDS: what this call may still spend. STEP, in the order given, each one engine start, only while 110 s are left:
 #   h4 h5 h6 h7   held-out configurations on Batching-v0's two workloads (closed loop, 256 users) -> rows.jsonl
 #   passes        the defaults on many_small logging every decode pass (decode_log_interval 1) -> rows.jsonl
-#   rN            repeat N of the plan PLAN (env, default batching_sglang_h100_c): its defaults, c1 and c2 promoted
+#   rN            repeat N of the plan PLAN (env, default batching_sglang_h100_b): its defaults, c1 and c2 promoted
 #                 -> rN/real.jsonl
 # Every start's log is appended to logs.txt under a header line; progress.txt says what ran and when.
 set -u
@@ -15,7 +15,7 @@ export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"  # rsi_env from this tree, i
 budget=${1:?seconds}; shift
 start=$SECONDS
 out=${OUT:?set OUT to the folder whose files come back}
-plan=${PLAN:-batching_sglang_h100_c}
+plan=${PLAN:-batching_sglang_h100_b}
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$name" in
   *H200*) card=h200 ;;
