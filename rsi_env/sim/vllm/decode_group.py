@@ -117,3 +117,24 @@ def leave_finished(g, ndec, base_sum, bs, W, heap, is_dec, seq, base, out_base, 
             fin[nf] = i
             nf += 1
     return nf, ndec, base_sum
+
+
+@njit
+def ungroup(run, nrun, g, comp, known, out_left, base, out_base, is_dec, is_sat, pre, phase, heap, below, ws):
+    """Every member leaves the group, its counts back in the per-request arrays, for a step that schedules the running
+    requests one by one: all of them (``run[:nrun]``) are in ``pre`` then, in running order. Returns how many."""
+    for r in range(nrun):
+        i = run[r]
+        if is_dec[i]:
+            comp[i] = base[i] + g
+            known[i] = comp[i] + 1
+            out_left[i] = out_base[i] - g
+            is_dec[i] = False
+        is_sat[i] = False
+        pre[r] = i
+    phase[:] = 0
+    heap.clear()
+    below.clear()
+    ws[0] = 0
+    ws[1] = 0
+    return nrun

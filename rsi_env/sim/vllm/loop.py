@@ -48,7 +48,7 @@ from rsi_env.sim.vllm.block_pool import (
     release,
     take,
 )
-from rsi_env.sim.vllm.decode_group import context, join, leave_finished, new_blocks, steps_to_finish
+from rsi_env.sim.vllm.decode_group import context, join, leave_finished, new_blocks, steps_to_finish, ungroup
 from rsi_env.sim.vllm.jit import njit
 from rsi_env.sim.vllm.price import C_MAX_GRAPH, P_IDLE, comm, linear, padded, price_span, step_time
 
@@ -118,6 +118,177 @@ def drop_finished(run, nrun, finish):
             run[m] = i
             m += 1
     return m
+
+
+@njit
+def schedule_one_by_one(run, nrun, budget, thr, bs, WE, fcfs, keyed, wkey, vkey, arrival, comp, known, was_pre, wq, wh,
+                        wc, wheap, preemptions, ch_i, ch_n, caching, ngroups, pblocks, group, shared, in_group,
+                        chain_pos, ps, cached, refs, prv, nxt, in_lru, S):
+    """The running requests one by one, in running order (``run[:nrun]``), each taking what it still needs of the
+    ``budget`` (at most ``thr`` tokens of a prompt): when its blocks do not fit, the last running request (FCFS) or the
+    largest (victim key, id) (priority) is preempted, by recompute, and goes back to the front of the waiting queue,
+    until they fit or the request itself was the victim (vLLM's ``Scheduler.schedule``, running part).
+
+    Fills ``ch_i``/``ch_n`` (request, tokens). Returns (running, scheduled, budget left, the decodes' context, uniform
+    decode, prefill pairs, prefill context, whether it preempted, the FCFS ring's head and count, preemptions)."""
+    n = known.shape[0]
+    nch = 0
+    decode_ctx = 0.0
+    pairs = 0.0
+    pctx = 0.0
+    uniform = True
+    preempted = False
+    idx = 0
+    end = nrun
+    while idx < end and budget > 0:
+        i = run[idx]
+        cc = comp[i]
+        full = known[i] - cc
+        nn = full
+        if thr and nn > thr:
+            nn = thr
+        if nn > budget:
+            nn = budget
+        nb = cdiv(cc + nn, bs) - cdiv(cc, bs)
+        victim_self = False
+        while nb > ps[PS_FREE] + ps[PS_EVICTABLE]:
+            vpos = end - 1
+            if not fcfs:  # the largest (victim_key, id) among run[idx:end]
+                for r in range(idx, end):
+                    a = run[r]
+                    b2 = run[vpos]
+                    ka = vkey[a] if keyed else arrival[a]
+                    kb = vkey[b2] if keyed else arrival[b2]
+                    if ka > kb or (ka == kb and a > b2):
+                        vpos = r
+            v = run[vpos]
+            for r in range(vpos, end - 1):
+                run[r] = run[r + 1]
+            end -= 1
+            release(v, True, caching, bs, ngroups, comp, shared, in_group, chain_pos, group, ps, cached, refs, prv, nxt,
+                    in_lru, S)
+            comp[v] = 0
+            was_pre[v] = True
+            if fcfs:
+                wh = (wh - 1) % n
+                wq[wh] = v
+                wc += 1
+            else:
+                heapq.heappush(wheap, (wkey[v] if keyed else arrival[v], v))
+            preemptions += 1
+            preempted = True
+            if v == i:
+                victim_self = True
+                break
+        if victim_self:
+            break
+        if nb:
+            take(nb, ps, cached, prv, nxt, in_lru, S)
+        if full == 1 and nn == 1:
+            decode_ctx += cc + 1 if cc + 1 < WE else WE
+        else:
+            uniform = False
+            w = cc if cc < WE else WE
+            pairs += nn * w + nn * (nn + 1) / 2.0
+            pctx += w
+            extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
+        ch_i[nch] = i
+        ch_n[nch] = nn
+        nch += 1
+        budget -= nn
+        idx += 1
+    return end, nch, budget, decode_ctx, uniform, pairs, pctx, preempted, wh, wc, preemptions
+
+
+@njit
+def admit(slots, budget, fcfs, wq, wh, wc, wheap, chunked, thr, bs, WE, caching, ngroups, known, comp, pblocks, group,
+          was_pre, shared, chain_pos, in_group, run, nrun, pre, npre, seq, nseq, ch_i, ch_n, nch, pairs, pctx, queries,
+          hits, pre_hits, lk, ps, cached, refs, prv, nxt, in_lru, S):
+    """Waiting requests join the running ones, first in the queue first, while ``slots`` (places among
+    ``max_num_seqs``) and ``budget`` last and the request's whole known sequence fits the free blocks after its
+    prefix-cache hit (capped at its tokens less one); without chunked prefill a prompt that does not fit the budget
+    left blocks the queue (vLLM's ``Scheduler.schedule``, waiting part). Counts the prefix-cache queries and hits.
+
+    Appends to ``run``, ``pre`` and ``ch_i``/``ch_n``. Returns (running, prompts being computed, admissions so far,
+    scheduled, budget left, admitted, prefill pairs, prefill context, the FCFS ring's head and count, prefix queries,
+    hits, preempted requests' hits)."""
+    n = known.shape[0]
+    admitted = 0
+    while budget > 0 and slots > 0:
+        if fcfs:
+            if wc == 0:
+                break
+            i = wq[wh]
+        else:
+            if not wheap:
+                break
+            i = wheap[0][1]
+        gi = group[i]
+        hit_possible = caching and ((pblocks[i] > 0 and gi >= 0) or was_pre[i])
+        hg = 0
+        hp = 0
+        touch = 0
+        if hit_possible:
+            lookup(i, caching, bs, ngroups, known, pblocks, group, was_pre, cached, in_lru, lk)
+            hg = lk[0]
+            hp = lk[1]
+            touch = lk[2]
+        if caching:
+            if not was_pre[i]:
+                queries += known[i]
+                hits += hg * bs
+            else:
+                pre_hits += (hg + hp) * bs
+        start = (hg + hp) * bs
+        nn = known[i] - start
+        if thr and nn > thr:
+            nn = thr
+        if not chunked and nn > budget:
+            break
+        if nn > budget:
+            nn = budget
+        if cdiv(known[i], bs) - hg - hp + touch > ps[PS_FREE] + ps[PS_EVICTABLE]:
+            break
+        if fcfs:
+            wh = (wh + 1) % n
+            wc -= 1
+        else:
+            heapq.heappop(wheap)
+        if gi >= 0 and pblocks[i] > 0:
+            acquire(gi, ps, cached, refs, prv, nxt, in_lru)
+            in_group[i] = True
+        priv = ngroups + i
+        if hp:
+            got = claim(priv, ps, cached, prv, nxt, in_lru)
+            if got > hp:
+                ps[PS_FREE] += got - hp
+                ps[PS_OWNED] -= got - hp
+        elif was_pre[i] and cached[priv]:
+            got = claim(priv, ps, cached, prv, nxt, in_lru)
+            ps[PS_FREE] += got
+            ps[PS_OWNED] -= got
+        shared[i] = hg
+        chain_pos[i] = hg
+        comp[i] = start
+        take(cdiv(start + nn, bs) - hg - hp, ps, cached, prv, nxt, in_lru, S)
+        if pblocks[i]:
+            extend_prefix(i, start + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
+        w = start if start < WE else WE
+        pairs += nn * w + nn * (nn + 1) / 2.0
+        pctx += w
+        run[nrun] = i
+        nrun += 1
+        seq[i] = nseq
+        nseq += 1
+        pre[npre] = i
+        npre += 1
+        ch_i[nch] = i
+        ch_n[nch] = nn
+        nch += 1
+        budget -= nn
+        slots -= 1
+        admitted += 1
+    return nrun, npre, nseq, nch, budget, admitted, pairs, pctx, wh, wc, queries, hits, pre_hits
 
 
 @njit
@@ -298,11 +469,10 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
                         status = ST_INVARIANT
                         break
                     continue
-        # the running requests
+        # 3. the running requests
         budget = max_tokens
         group_runs = False
         nch = 0
-        admitted = 0
         decode_ctx = 0.0
         pairs = 0.0
         pctx = 0.0
@@ -341,23 +511,10 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
                     if nch:
                         uniform = False
             if not fast:
-                for r in range(nrun):  # every member out of the group, in running order
-                    i = run[r]
-                    if is_dec[i]:
-                        comp[i] = base[i] + g
-                        known[i] = comp[i] + 1
-                        out_left[i] = out_base[i] - g
-                        is_dec[i] = False
-                    is_sat[i] = False
-                    pre[r] = i
-                npre = nrun
+                npre = ungroup(run, nrun, g, comp, known, out_left, base, out_base, is_dec, is_sat, pre, phase, heap,
+                               below, ws)
                 ndec = 0
                 base_sum = 0
-                phase[:] = 0
-                heap.clear()
-                below.clear()
-                ws[0] = 0
-                ws[1] = 0
                 n_nf = 0
                 nch = 0
                 left = budget
@@ -400,146 +557,21 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
                                 extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
                         uniform = False
                 else:  # one by one, preempting when blocks run out
-                    nch = 0
-                    idx = 0
-                    end = nrun
-                    while idx < end and budget > 0:
-                        i = run[idx]
-                        cc = comp[i]
-                        full = known[i] - cc
-                        nn = full
-                        if thr and nn > thr:
-                            nn = thr
-                        if nn > budget:
-                            nn = budget
-                        nb = cdiv(cc + nn, bs) - cdiv(cc, bs)
-                        victim_self = False
-                        while nb > ps[PS_FREE] + ps[PS_EVICTABLE]:
-                            vpos = end - 1
-                            if not fcfs:  # the largest (victim_key, id) among run[idx:end]
-                                for r in range(idx, end):
-                                    a = run[r]
-                                    b2 = run[vpos]
-                                    ka = vkey[a] if keyed else arrival[a]
-                                    kb = vkey[b2] if keyed else arrival[b2]
-                                    if ka > kb or (ka == kb and a > b2):
-                                        vpos = r
-                            v = run[vpos]
-                            for r in range(vpos, end - 1):
-                                run[r] = run[r + 1]
-                            end -= 1
-                            release(v, True, caching, bs, ngroups, comp, shared, in_group, chain_pos, group, ps,
-                                     cached, refs, prv, nxt, in_lru, S)
-                            comp[v] = 0
-                            was_pre[v] = True
-                            if fcfs:
-                                wh = (wh - 1) % n
-                                wq[wh] = v
-                                wc += 1
-                            else:
-                                heapq.heappush(wheap, (wkey[v] if keyed else arrival[v], v))
-                            preemptions += 1
-                            preempted = True
-                            if v == i:
-                                victim_self = True
-                                break
-                        if victim_self:
-                            break
-                        if nb:
-                            take(nb, ps, cached, prv, nxt, in_lru, S)
-                        if full == 1 and nn == 1:
-                            decode_ctx += cc + 1 if cc + 1 < WE else WE
-                        else:
-                            uniform = False
-                            w = cc if cc < WE else WE
-                            pairs += nn * w + nn * (nn + 1) / 2.0
-                            pctx += w
-                            extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
-                        ch_i[nch] = i
-                        ch_n[nch] = nn
-                        nch += 1
-                        budget -= nn
-                        idx += 1
-                    nrun = end
+                    nrun, nch, budget, decode_ctx, uniform, pairs, pctx, preempted, wh, wc, preemptions = \
+                        schedule_one_by_one(run, nrun, budget, thr, bs, WE, fcfs, keyed, wkey, vkey, arrival, comp,
+                                            known, was_pre, wq, wh, wc, wheap, preemptions, ch_i, ch_n, caching,
+                                            ngroups, pblocks, group, shared, in_group, chain_pos, ps, cached, refs,
+                                            prv, nxt, in_lru, S)
                     for r in range(nrun):
                         pre[r] = run[r]
                     npre = nrun
-        # admissions (never in a step that preempted)
-        slots = max_seqs - nrun - ndrain
-        while not preempted and budget > 0 and slots > 0:
-            if fcfs:
-                if wc == 0:
-                    break
-                i = wq[wh]
-            else:
-                if not wheap:
-                    break
-                i = wheap[0][1]
-            gi = group[i]
-            hit_possible = caching and ((pblocks[i] > 0 and gi >= 0) or was_pre[i])
-            hg = 0
-            hp = 0
-            touch = 0
-            if hit_possible:
-                lookup(i, caching, bs, ngroups, known, pblocks, group, was_pre, cached, in_lru, lk)
-                hg = lk[0]
-                hp = lk[1]
-                touch = lk[2]
-            if caching:
-                if not was_pre[i]:
-                    queries += known[i]
-                    hits += hg * bs
-                else:
-                    pre_hits += (hg + hp) * bs
-            start = (hg + hp) * bs
-            nn = known[i] - start
-            if thr and nn > thr:
-                nn = thr
-            if not chunked and nn > budget:
-                break
-            if nn > budget:
-                nn = budget
-            if cdiv(known[i], bs) - hg - hp + touch > ps[PS_FREE] + ps[PS_EVICTABLE]:
-                break
-            if fcfs:
-                wh = (wh + 1) % n
-                wc -= 1
-            else:
-                heapq.heappop(wheap)
-            if gi >= 0 and pblocks[i] > 0:
-                acquire(gi, ps, cached, refs, prv, nxt, in_lru)
-                in_group[i] = True
-            priv = ngroups + i
-            if hp:
-                got = claim(priv, ps, cached, prv, nxt, in_lru)
-                if got > hp:
-                    ps[PS_FREE] += got - hp
-                    ps[PS_OWNED] -= got - hp
-            elif was_pre[i] and cached[priv]:
-                got = claim(priv, ps, cached, prv, nxt, in_lru)
-                ps[PS_FREE] += got
-                ps[PS_OWNED] -= got
-            shared[i] = hg
-            chain_pos[i] = hg
-            comp[i] = start
-            take(cdiv(start + nn, bs) - hg - hp, ps, cached, prv, nxt, in_lru, S)
-            if pblocks[i]:
-                extend_prefix(i, start + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
-            w = start if start < WE else WE
-            pairs += nn * w + nn * (nn + 1) / 2.0
-            pctx += w
-            run[nrun] = i
-            nrun += 1
-            seq[i] = nseq
-            nseq += 1
-            pre[npre] = i
-            npre += 1
-            ch_i[nch] = i
-            ch_n[nch] = nn
-            nch += 1
-            budget -= nn
-            slots -= 1
-            admitted += 1
+        # 4. admissions (never in a step that preempted)
+        admitted = 0
+        if not preempted:
+            nrun, npre, nseq, nch, budget, admitted, pairs, pctx, wh, wc, queries, hits, pre_hits = admit(
+                max_seqs - nrun - ndrain, budget, fcfs, wq, wh, wc, wheap, chunked, thr, bs, WE, caching, ngroups,
+                known, comp, pblocks, group, was_pre, shared, chain_pos, in_group, run, nrun, pre, npre, seq, nseq,
+                ch_i, ch_n, nch, pairs, pctx, queries, hits, pre_hits, lk, ps, cached, refs, prv, nxt, in_lru, S)
         if admitted:
             uniform = False
         if group_runs or nch:
