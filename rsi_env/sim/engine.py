@@ -132,6 +132,7 @@ class EngineSim:
     def run(self) -> SimResult:
         from rsi_env.sim.vllm import block_pool as bp
         from rsi_env.sim.vllm import loop
+        from rsi_env.sim.vllm.jit import first_call
         from rsi_env.sim.vllm.price import linear_consts, moe_consts, step_consts
 
         cfg, cost, trace, n = self.cfg, self.cost, self.trace, self.n
@@ -158,13 +159,14 @@ class EngineSim:
             wkey = vkey = np.zeros(0)
         num_blocks = max(self.num_gpu_blocks - 1, 0)  # block 0 is vLLM's null block
         out_f, out_i, prof = np.zeros(3), np.zeros(8, np.int64), np.zeros(len(PARTS))
-        first, finish, known, rec_t, rec_i, ps, cached, refs, in_lru = loop.engine_loop(
-            arrival, order, prompt, out_len, group, pblocks, ngroups, step_consts(cost), bs, num_blocks,
-            int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
-            bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
-            linear_consts(cost), moe_consts(cost), np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed,
-            float(cost.cal.frontend_s), bool(self.record_steps), keyed, wkey, vkey, bool(self.check), out_f, out_i,
-            prof)
+        with first_call(loop.engine_loop):  # one process compiles where many start on an empty cache
+            first, finish, known, rec_t, rec_i, ps, cached, refs, in_lru = loop.engine_loop(
+                arrival, order, prompt, out_len, group, pblocks, ngroups, step_consts(cost), bs, num_blocks,
+                int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
+                bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
+                linear_consts(cost), moe_consts(cost), np.asarray(cost._sizes, np.int64), int(cost._window or 0),
+                closed, float(cost.cal.frontend_s), bool(self.record_steps), keyed, wkey, vkey, bool(self.check), out_f,
+                out_i, prof)
         self.pool = PoolCounts(
             num_blocks, int(ps[bp.PS_FREE]), int(ps[bp.PS_EVICTABLE]), int(ps[bp.PS_OWNED]),
             {int(c): int(x) for c, x in enumerate(cached[:-1]) if x},

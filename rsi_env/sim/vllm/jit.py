@@ -11,7 +11,9 @@ file changes, not when a function it calls from another file does: here every fu
 a hash of all of this package's sources instead (`_install_locators`), so a change to any of them recompiles all.
 
 **Many processes on an empty cache** (N RL env runners started at once) would each compile the loop, N times the CPU
-for nothing: run ``rsi-env warm`` (`warm`) once after installing or changing the package, before starting them.
+for nothing: the first call of the loop in a process holds a file lock in the cache folder while the cache lacks it
+(`first_call`), so one process compiles and the others wait and load its result; ``rsi-env warm`` (`warm`), run once
+after installing or changing the package, spares even the wait.
 
 **Without numba** (not installed, or ``RSI_ENV_NO_NUMBA=1``), `njit` returns the function as it is: the same code
 runs as plain Python over numpy arrays, with the same results to the last bit, and 50-100 times slower than compiled
@@ -28,11 +30,17 @@ import hashlib
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["COMPILED", "njit", "warm"]
+try:
+    import fcntl
+except ImportError:  # Windows: no compile lock
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["COMPILED", "first_call", "njit", "warm"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _DIR = Path(__file__).resolve().parent
@@ -93,6 +101,7 @@ def _import_numba() -> Any:
 
 _numba = _import_numba()
 COMPILED = _numba is not None  # False: the loop runs as plain Python
+_called: set[int] = set()  # compiled functions this process has called (`first_call`)
 
 
 def njit(fn: F) -> F:
@@ -100,6 +109,41 @@ def njit(fn: F) -> F:
     if _numba is None:
         return fn
     return _numba.njit(cache=True, fastmath=False)(fn)
+
+
+def _cached(fn: Any) -> bool:
+    """Whether numba's cache holds compiled code of ``fn`` for the current sources (numba's internal index; False
+    where it cannot tell)."""
+    try:
+        return bool(fn._cache._cache_file._load_index())
+    except Exception:
+        return False
+
+
+@contextmanager
+def first_call(fn: Any) -> Iterator[None]:
+    """Around a call of the compiled ``fn``: this process's first call holds a file lock in ``fn``'s numba cache
+    folder while it runs, so that processes started at once on an empty cache (N RL env runners) compile it once: the
+    first compiles and writes the cache, the others wait for it and then load from there. No lock where the cache
+    already holds ``fn`` for the current sources (`_cached`), on later calls, in plain Python, for a function without a
+    cache folder, or on a platform without ``fcntl``."""
+    key = id(fn)
+    path = getattr(getattr(fn, "_cache", None), "_cache_path", None)
+    if key in _called or not COMPILED or fcntl is None or not path or _cached(fn):
+        _called.add(key)
+        yield
+        return
+    try:
+        fd = os.open(os.path.join(path, "rsi-env-compile.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a cache folder we cannot write: numba falls back elsewhere, no lock
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+        _called.add(key)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def warm() -> dict[str, Any]:
