@@ -292,6 +292,119 @@ def admit(slots, budget, fcfs, wq, wh, wc, wheap, chunked, thr, bs, WE, caching,
 
 
 @njit
+def schedule_running(run, nrun, pre, npre, max_tokens, thr, bs, W, WE, g, ndec, base_sum, n_nf, phase, heap, below, ws,
+                     is_sat, is_dec, seq, base, out_base, comp, known, out_left, fcfs, keyed, wkey, vkey, arrival,
+                     was_pre, wq, wh, wc, wheap, preemptions, ch_i, ch_n, caching, ngroups, pblocks, group, shared,
+                     in_group, chain_pos, ps, cached, refs, prv, nxt, in_lru, S):
+    """The running requests first, in admission order, each taking what it still needs of the ``max_tokens`` budget
+    (at most ``thr`` tokens of a prompt). When all fit (budget and blocks), the decode group runs as one and the
+    prompts being computed (``pre``) take their chunks; else the group is dissolved (`ungroup`) and, when the blocks
+    do not fit either, the requests are scheduled one by one with preemption (`schedule_one_by_one`).
+
+    Fills ``ch_i``/``ch_n`` (request, tokens scheduled one by one). Returns (budget left, whether the group runs,
+    scheduled one by one, the decodes' context, prefill pairs, prefill context, uniform decode, whether it preempted,
+    running, prompts being computed, group members, sum of their bases, requests without a first token in the group,
+    the FCFS ring's head and count, preemptions)."""
+    budget = max_tokens
+    group_runs = False
+    nch = 0
+    decode_ctx = 0.0
+    pairs = 0.0
+    pctx = 0.0
+    uniform = True
+    preempted = False
+    if nrun:
+        total = ndec
+        for x in range(npre):
+            i = pre[x]
+            nn = known[i] - comp[i]
+            if thr and nn > thr:
+                nn = thr
+            ch_i[nch] = i
+            ch_n[nch] = nn
+            nch += 1
+            total += nn
+        fast = False
+        if total <= budget:
+            new = new_blocks(1, ndec, bs, g, phase)
+            for c in range(nch):
+                new += cdiv(comp[ch_i[c]] + ch_n[c], bs) - cdiv(comp[ch_i[c]], bs)
+            if new <= ps[PS_FREE] + ps[PS_EVICTABLE]:
+                fast = True
+                take(new, ps, cached, prv, nxt, in_lru, S)
+                budget -= total
+                group_runs = ndec > 0
+                decode_ctx = float(context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq))
+                for c in range(nch):
+                    nn = ch_n[c]
+                    i = ch_i[c]
+                    cc = comp[i]
+                    w = cc if cc < WE else WE
+                    pairs += nn * w + nn * (nn + 1) / 2.0
+                    pctx += w
+                    extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
+                if nch:
+                    uniform = False
+        if not fast:
+            npre = ungroup(run, nrun, g, comp, known, out_left, base, out_base, is_dec, is_sat, pre, phase, heap,
+                           below, ws)
+            ndec = 0
+            base_sum = 0
+            n_nf = 0
+            nch = 0
+            left = budget
+            total_new = 0
+            for r in range(nrun):
+                i = run[r]
+                c = comp[i]
+                nn = known[i] - c
+                if thr and nn > thr:
+                    nn = thr
+                s = nn if nn <= left else (left if left > 0 else 0)
+                left -= nn
+                if s > 0:
+                    ch_i[nch] = i
+                    ch_n[nch] = s
+                    nch += 1
+                    total_new += cdiv(c + s, bs) - cdiv(c, bs)
+            if total_new <= ps[PS_FREE] + ps[PS_EVICTABLE]:
+                take(total_new, ps, cached, prv, nxt, in_lru, S)
+                ssum = 0
+                dsum = 0
+                nd = 0
+                for c in range(nch):
+                    ssum += ch_n[c]
+                    i = ch_i[c]
+                    if known[i] - comp[i] == 1:
+                        dsum += comp[i] + 1 if comp[i] + 1 < WE else WE
+                        nd += 1
+                budget -= ssum
+                decode_ctx = float(dsum)
+                if nd < nch:
+                    for c in range(nch):
+                        i = ch_i[c]
+                        if known[i] - comp[i] != 1:
+                            nn = ch_n[c]
+                            cc = comp[i]
+                            w = cc if cc < WE else WE
+                            pairs += nn * w + nn * (nn + 1) / 2.0
+                            pctx += w
+                            extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
+                    uniform = False
+            else:  # one by one, preempting when blocks run out
+                nrun, nch, budget, decode_ctx, uniform, pairs, pctx, preempted, wh, wc, preemptions = \
+                    schedule_one_by_one(run, nrun, budget, thr, bs, WE, fcfs, keyed, wkey, vkey, arrival, comp,
+                                        known, was_pre, wq, wh, wc, wheap, preemptions, ch_i, ch_n, caching,
+                                        ngroups, pblocks, group, shared, in_group, chain_pos, ps, cached, refs,
+                                        prv, nxt, in_lru, S)
+                for r in range(nrun):
+                    pre[r] = run[r]
+                npre = nrun
+    return (budget, group_runs, nch, decode_ctx, pairs, pctx, uniform, preempted, nrun, npre, ndec, base_sum, n_nf, wh,
+            wc, preemptions)
+
+
+@njit
 def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_blocks, max_seqs, max_tokens, thr,
           chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, keyed, wkey, vkey, check, out_f,
           out_i, prof):
@@ -470,101 +583,12 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
                         break
                     continue
         # 3. the running requests
-        budget = max_tokens
-        group_runs = False
-        nch = 0
-        decode_ctx = 0.0
-        pairs = 0.0
-        pctx = 0.0
-        uniform = True
-        preempted = False
-        if nrun:
-            total = ndec
-            for x in range(npre):
-                i = pre[x]
-                nn = known[i] - comp[i]
-                if thr and nn > thr:
-                    nn = thr
-                ch_i[nch] = i
-                ch_n[nch] = nn
-                nch += 1
-                total += nn
-            fast = False
-            if total <= budget:
-                new = new_blocks(1, ndec, bs, g, phase)
-                for c in range(nch):
-                    new += cdiv(comp[ch_i[c]] + ch_n[c], bs) - cdiv(comp[ch_i[c]], bs)
-                if new <= ps[PS_FREE] + ps[PS_EVICTABLE]:
-                    fast = True
-                    take(new, ps, cached, prv, nxt, in_lru, S)
-                    budget -= total
-                    group_runs = ndec > 0
-                    decode_ctx = float(context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq))
-                    for c in range(nch):
-                        nn = ch_n[c]
-                        i = ch_i[c]
-                        cc = comp[i]
-                        w = cc if cc < WE else WE
-                        pairs += nn * w + nn * (nn + 1) / 2.0
-                        pctx += w
-                        extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
-                    if nch:
-                        uniform = False
-            if not fast:
-                npre = ungroup(run, nrun, g, comp, known, out_left, base, out_base, is_dec, is_sat, pre, phase, heap,
-                               below, ws)
-                ndec = 0
-                base_sum = 0
-                n_nf = 0
-                nch = 0
-                left = budget
-                total_new = 0
-                for r in range(nrun):
-                    i = run[r]
-                    c = comp[i]
-                    nn = known[i] - c
-                    if thr and nn > thr:
-                        nn = thr
-                    s = nn if nn <= left else (left if left > 0 else 0)
-                    left -= nn
-                    if s > 0:
-                        ch_i[nch] = i
-                        ch_n[nch] = s
-                        nch += 1
-                        total_new += cdiv(c + s, bs) - cdiv(c, bs)
-                if total_new <= ps[PS_FREE] + ps[PS_EVICTABLE]:
-                    take(total_new, ps, cached, prv, nxt, in_lru, S)
-                    ssum = 0
-                    dsum = 0
-                    nd = 0
-                    for c in range(nch):
-                        ssum += ch_n[c]
-                        i = ch_i[c]
-                        if known[i] - comp[i] == 1:
-                            dsum += comp[i] + 1 if comp[i] + 1 < WE else WE
-                            nd += 1
-                    budget -= ssum
-                    decode_ctx = float(dsum)
-                    if nd < nch:
-                        for c in range(nch):
-                            i = ch_i[c]
-                            if known[i] - comp[i] != 1:
-                                nn = ch_n[c]
-                                cc = comp[i]
-                                w = cc if cc < WE else WE
-                                pairs += nn * w + nn * (nn + 1) / 2.0
-                                pctx += w
-                                extend_prefix(i, cc + nn, bs, pblocks, chain_pos, in_group, group, shared, cached, ps)
-                        uniform = False
-                else:  # one by one, preempting when blocks run out
-                    nrun, nch, budget, decode_ctx, uniform, pairs, pctx, preempted, wh, wc, preemptions = \
-                        schedule_one_by_one(run, nrun, budget, thr, bs, WE, fcfs, keyed, wkey, vkey, arrival, comp,
-                                            known, was_pre, wq, wh, wc, wheap, preemptions, ch_i, ch_n, caching,
-                                            ngroups, pblocks, group, shared, in_group, chain_pos, ps, cached, refs,
-                                            prv, nxt, in_lru, S)
-                    for r in range(nrun):
-                        pre[r] = run[r]
-                    npre = nrun
+        (budget, group_runs, nch, decode_ctx, pairs, pctx, uniform, preempted, nrun, npre, ndec, base_sum, n_nf, wh, wc,
+         preemptions) = schedule_running(
+            run, nrun, pre, npre, max_tokens, thr, bs, W, WE, g, ndec, base_sum, n_nf, phase, heap, below, ws, is_sat,
+            is_dec, seq, base, out_base, comp, known, out_left, fcfs, keyed, wkey, vkey, arrival, was_pre, wq, wh, wc,
+            wheap, preemptions, ch_i, ch_n, caching, ngroups, pblocks, group, shared, in_group, chain_pos, ps, cached,
+            refs, prv, nxt, in_lru, S)
         # 4. admissions (never in a step that preempted)
         admitted = 0
         if not preempted:
