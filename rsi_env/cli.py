@@ -106,6 +106,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_warm(args: argparse.Namespace) -> int:
+    from rsi_env.sim.vllm.jit import warm
+
+    print(json.dumps(warm()))
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     from rsi_env.engine import list_hardware, list_models, list_workloads
     from rsi_env.engine.config import FLAGS
@@ -231,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--plot", default="rsi-env-demo.png", help="PNG of the objective over steps")
     d.add_argument("--no-plot", action="store_true")
     d.set_defaults(func=_cmd_demo)
+
+    w = sub.add_parser("warm", help="compile the simulator's engine loop into numba's cache (once, before many processes "
+                                    "would compile it at once)")
+    w.set_defaults(func=_cmd_warm)
 
     ls = sub.add_parser("list", help="models, hardware, workloads and engine flags known to rsi-env")
     ls.set_defaults(func=_cmd_list)

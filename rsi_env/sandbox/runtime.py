@@ -6,7 +6,7 @@ must never read: the code tasks' hidden checks, generators and references (``cat
 benchmark suites with their reference configurations (``catalog/suites``), and, for BugFix, the clean originals of the
 very modules the agent repairs. A runtime is the package's Python sources and public catalog data,
 copied into a private folder, with those parts left out and ``shadow`` modules replaced by a stub that
-imports the workspace's own module in their place (``rsi_env.sim.kv_cache`` becomes the workspace's
+imports the workspace's own module in their place (``rsi_env.tasks.bugfix.kv_cache`` becomes the workspace's
 ``kv_cache.py``, loaded afresh under the package's name): in the runtime the clean original does not
 exist. Runtimes are built once per process and content, read-only to the sandbox (bound by
 `rsi_env.sandbox.profile.Profile.paths`), and removed when the process ends.
@@ -60,7 +60,7 @@ def _included(rel: Path) -> bool:
 def package_runtime(shadow: Mapping[str, str] | None = None) -> Path:
     """The folder holding the runtime's ``rsi_env`` (put it on ``sys.path``); ``shadow``: package path -> module.
 
-    E.g. ``{"sim/kv_cache.py": "kv_cache"}`` replaces ``rsi_env/sim/kv_cache.py`` by a stub importing the
+    E.g. ``{"tasks/bugfix/kv_cache.py": "kv_cache"}`` replaces ``rsi_env/tasks/bugfix/kv_cache.py`` by a stub importing the
     workspace's ``kv_cache``.
     """
     shadow = dict(shadow or {})

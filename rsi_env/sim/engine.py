@@ -1,8 +1,9 @@
 """The simulated vLLM V1 engine: its engine core's loop, iteration by iteration, over a paged KV cache.
 
 One iteration of :meth:`EngineSim.run` is vLLM's: arrivals, schedule (the running requests, then admissions, by the
-rules of ``vllm/v1/core/sched/scheduler.py`` 0.26, in `rsi_env.sim.scheduler`), price the step (`StepCost`), advance
-it and finish what is done.
+rules of ``vllm/v1/core/sched/scheduler.py`` 0.26), price the step (`StepCost`'s model), advance it and finish what is
+done. The loop itself is `rsi_env.sim.vllm.loop.engine_loop`, compiled by numba (plain Python where numba is missing:
+`rsi_env.sim.vllm.jit`); this module packs a run's arguments for it and reads its results back.
 
 Async scheduling (vLLM's default): the engine core schedules step N+1 before it processes step N's output
 (``EngineCore.step_with_batch_queue``), so a request that arrives while step N runs is first scheduled in step
@@ -10,8 +11,8 @@ N+2, and a request that finishes in step N still holds its place among the ``max
 when step N+1 is scheduled: they are freed when its output is processed, for step N+2 (``draining``). A waiting
 request takes a finished one's place one step later than the finish, and a tight KV cache preempts a little more.
 
-Speed: the running requests in their decode phase form one `DecodeGroup`, whose step costs the same for any batch
-size; the others (prompts being computed) are kept one by one. Runs of pure-decode steps in
+Speed: the running requests in their decode phase form one group (`rsi_env.sim.vllm.decode_group`), whose step costs
+the same for any batch size; the others (prompts being computed) are kept one by one. Runs of pure-decode steps in
 which nothing can change the batch (no arrival that could be admitted, no finish, no block shortage) are advanced
 in one span from the last event to the next; their step times differ only by the growing KV read, so one roofline
 evaluation prices all of them.
@@ -32,9 +33,8 @@ from rsi_env.engine.config import ResolvedConfig
 from rsi_env.engine.profile import PARTS, Profile
 from rsi_env.engine.workload import Trace
 from rsi_env.sim.cost import StepCost
-from rsi_env.sim.scheduler import Scheduler, StepBatch
 
-__all__ = ["STEP_COLUMNS", "EngineSim", "SimResult"]
+__all__ = ["STEP_COLUMNS", "EngineSim", "PoolCounts", "SimResult"]
 
 STEP_COLUMNS = ("t", "tokens", "running", "gen", "mode")
 
@@ -64,273 +64,132 @@ class SimResult:
     profile: Profile = field(default_factory=Profile)  # busy_time split by part, plus the idle waits
 
 
-class EngineSim(Scheduler):
+@dataclass(frozen=True)
+class PoolCounts:
+    """The KV block pool's counts at the end of a run (`EngineSim.pool`), read back from the compiled loop."""
+
+    num_blocks: int
+    free_plain: int
+    evictable: int
+    owned: int  # blocks owned by single requests (not in any chain)
+    cached: dict[int, int]  # chain -> cached blocks (chains with any)
+    refs: dict[int, int]  # chain -> running requests referencing it (chains with any)
+    lru: frozenset[int]  # the chains whose cached blocks are evictable
+
+    @property
+    def num_free(self) -> int:
+        return self.free_plain + self.evictable
+
+    @property
+    def used(self) -> int:
+        return self.num_blocks - self.num_free
+
+    def check(self) -> None:
+        """Raise if blocks leaked or the pool is over-committed (the property tests' check)."""
+        held = sum(self.cached.get(c, 0) for c in self.refs)
+        lru = sum(self.cached.get(c, 0) for c in self.lru)
+        if lru != self.evictable:
+            raise AssertionError(f"evictable {self.evictable} != cached in LRU {lru}")
+        if self.free_plain < 0 or self.evictable < 0 or self.owned < 0:
+            raise AssertionError("negative block count")
+        if self.free_plain + self.evictable + self.owned + held != self.num_blocks:
+            raise AssertionError(
+                f"blocks leak: free {self.free_plain} + evictable {self.evictable} + owned {self.owned} "
+                f"+ referenced-cached {held} != {self.num_blocks}")
+
+
+class EngineSim:
     """One engine, one trace. :meth:`run` simulates until every request has finished.
 
-    ``record_steps``: keep the per-step trace (`SimResult.steps`); `rsi_env.sim.simulate` does without it.
+    ``check_invariants``: check the block pool's accounting after every step (`AssertionError` if broken; the
+    property tests); ``record_steps``: keep the per-step trace (`SimResult.steps`); `rsi_env.sim.simulate` does
+    without it.
+
+    Under the priority policy, the waiting queue is ordered by `waiting_key` and victims are the largest
+    `victim_key` (ties by request id): the arrival time by default. A subclass may override both with keys that are
+    static per request (`rsi_env.sim.policy_hook.PolicyEngineSim`): they are read once per request, before the run.
     """
 
     def __init__(self, cfg: ResolvedConfig, cost: StepCost, trace: Trace, num_gpu_blocks: int,
                  check_invariants: bool = False, record_steps: bool = True) -> None:
-        super().__init__(cfg, cost, trace, num_gpu_blocks, check_invariants)
+        self.cfg = cfg
+        self.cost = cost
+        self.trace = trace
+        self.n = len(trace)
+        self.num_gpu_blocks = num_gpu_blocks
+        self.check = check_invariants
         self.record_steps = record_steps
+        self.pool: PoolCounts | None = None  # after `run`: the pool's final counts
 
-    def _record(self, t: list[float], tokens: int, running_n: int, gen: int, uniform_decode: bool) -> None:
-        k = len(t)
-        rec = self.rec
-        rec["t"].extend(t)
-        for key, v in (("tokens", tokens), ("running", running_n), ("gen", gen),
-                       ("mode", self.cost.graph_mode(tokens, uniform_decode))):
-            rec[key].extend([v] * k)
+    def waiting_key(self, i: int) -> float:
+        """Request ``i``'s place in the waiting queue under the priority policy (smallest first)."""
+        return float(self.trace.arrival_s[i])
 
-    # ---- the loop -----------------------------------------------------------------------------------
+    def victim_key(self, i: int) -> float:
+        """Request ``i``'s rank as a preemption victim under the priority policy (largest first)."""
+        return float(self.trace.arrival_s[i])
+
     def run(self) -> SimResult:
-        cfg, n = self.cfg, self.n
-        self.closed = self.trace.closed_concurrency
-        # A closed-loop client sends its next request when it has received the last one's final token:
-        # the engine sees it a front-end round trip (out to the client, back in) after that token.
-        self.round_trip = self.cost.cal.frontend_s
-        if self.closed:
-            issue = min(self.closed, n)
-            self.arrival = [0.0] * issue + [math.inf] * (n - issue)
-            self.order = list(range(n))
-        else:
-            self.order = np.argsort(np.asarray(self.arrival, np.float64), kind="stable").tolist()
-        self.issued = min(self.closed, n) if self.closed else 0
-        self.next_arr = 0
-        self.now = 0.0
-        self.last_dt = 0.0
-        self.done = 0
-        self.steps = 0
-        self.tokens_total = 0
-        self.kv_peak = 0
-        self.busy = self.run_int = 0.0
-        self.prof = [0.0] * len(PARTS)  # seconds per profile part (PARTS order); idle is the last
-        self.t_first = self.arrival[self.order[0]] if n else 0.0  # the run's time starts at its first arrival
-        # The step trace, column by column (plain lists: a numpy array per step would cost more than the step).
-        self.rec: dict[str, list[float]] = {k: [] for k in STEP_COLUMNS}
-        # With async scheduling vLLM schedules step N+1 as soon as step N is launched, so a request that
-        # arrives while step N runs is first seen when step N+2 is scheduled.
-        self.lag = cfg.async_scheduling
-        while self.done < n:
-            self._arrivals()
-            if not self.running and not self._n_waiting():
-                if not self._idle():
-                    break
-                continue
-            if self._decode_span():
-                continue
-            batch = StepBatch(cfg.max_num_batched_tokens)
-            self._schedule_running(batch)
-            if not batch.preempted:
-                self._admit(batch)
-            if self._nothing_scheduled(batch):
-                continue
-            self._step(batch)
+        from rsi_env.sim.vllm import block_pool as bp
+        from rsi_env.sim.vllm import loop
+        from rsi_env.sim.vllm.jit import first_call
+        from rsi_env.sim.vllm.price import linear_consts, moe_consts, step_consts
 
-        for i in self.draining:
-            self._release(i, False)
-        usable = max(self.pool.num_blocks, 1)
+        cfg, cost, trace, n = self.cfg, self.cost, self.trace, self.n
+        closed = int(trace.closed_concurrency or 0)
+        if closed:  # the first ``closed`` requests at 0; each next one a front-end round trip after a finish
+            issue = min(closed, n)
+            arrival = np.array([0.0] * issue + [math.inf] * (n - issue), np.float64)
+            order = np.arange(n, dtype=np.int64)
+        else:
+            arrival = trace.arrival_s.astype(np.float64)
+            order = np.argsort(arrival, kind="stable").astype(np.int64)
+        prompt = trace.prompt_len.astype(np.int64)
+        out_len = trace.output_len.astype(np.int64)
+        bs = int(cfg.block_size)
+        group = trace.prefix_group.astype(np.int64)
+        ngroups = max(int(group.max()) + 1, 0) if n else 0
+        caching = bool(cfg.enable_prefix_caching)
+        pblocks = trace.prefix_len.astype(np.int64) // bs if caching else np.zeros(n, np.int64)
+        keyed = type(self).waiting_key is not EngineSim.waiting_key or type(self).victim_key is not EngineSim.victim_key
+        if keyed:  # a policy's static keys
+            wkey = np.array([float(self.waiting_key(i)) for i in range(n)], np.float64)
+            vkey = np.array([float(self.victim_key(i)) for i in range(n)], np.float64)
+        else:  # the arrival times, read as the requests arrive (a closed loop's are known only then)
+            wkey = vkey = np.zeros(0)
+        num_blocks = max(self.num_gpu_blocks - 1, 0)  # block 0 is vLLM's null block
+        out_f, out_i, prof = np.zeros(3), np.zeros(8, np.int64), np.zeros(len(PARTS))
+        with first_call(loop.engine_loop):  # one process compiles where many start on an empty cache
+            first, finish, known, rec_t, rec_i, ps, cached, refs, in_lru = loop.engine_loop(
+                arrival, order, prompt, out_len, group, pblocks, ngroups, step_consts(cost), bs, num_blocks,
+                int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
+                bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
+                linear_consts(cost), moe_consts(cost), np.asarray(cost._sizes, np.int64), int(cost._window or 0),
+                closed, float(cost.cal.frontend_s), bool(self.record_steps), keyed, wkey, vkey, bool(self.check), out_f,
+                out_i, prof)
+        self.pool = PoolCounts(
+            num_blocks, int(ps[bp.PS_FREE]), int(ps[bp.PS_EVICTABLE]), int(ps[bp.PS_OWNED]),
+            {int(c): int(x) for c, x in enumerate(cached[:-1]) if x},
+            {int(c): int(x) for c, x in enumerate(refs[:-1]) if x},
+            frozenset(int(c) for c in np.flatnonzero(in_lru[:-1])))
+        status = int(out_i[3])
+        if status == loop.ST_NO_BLOCKS:
+            raise RuntimeError(f"allocating {int(ps[bp.PS_ASKED])} blocks with {int(ps[bp.PS_HAD])} free")
+        if status == loop.ST_DEADLOCK:
+            raise RuntimeError("scheduler deadlock: no request can be scheduled and none is running")
+        if status == loop.ST_INVARIANT:
+            self.pool.check()
+            raise AssertionError("the block pool's invariant broke during the run")
+        steps = None
+        if self.record_steps:
+            nrec = int(out_i[7])
+            steps = {"t": rec_t[:nrec].copy(), **{c: rec_i[:nrec, j].copy() for j, c in enumerate(STEP_COLUMNS[1:])}}
+        busy = float(out_f[0])
+        parts = prof.tolist()
+        cost.engine_cpu_rest(parts, busy)
         return SimResult(
-            arrival=np.asarray(self.arrival, np.float64), first_token=np.asarray(self.first, np.float64),
-            finish=np.asarray(self.finish, np.float64), prompt_len=self.prompt, output_len=self.out_len,
-            generated=np.asarray(self.known, np.int64) - self.prompt, num_steps=self.steps,
-            num_preemptions=self.preemptions, prefix_queries=self.queries,
-            prefix_hits=self.hits, kv_usage_peak=self.kv_peak / usable, busy_time=self.busy,
-            running_time_integral=self.run_int, tokens_scheduled=self.tokens_total,
-            preempted_prefix_hits=self.preempted_hits,
-            steps=({k: np.asarray(v, np.float64 if k == "t" else np.int64) for k, v in self.rec.items()}
-                   if self.record_steps else None),
-            profile=self._profile(self.prof, self.busy),
-        )
-
-    # 1. arrivals
-    def _arrivals(self) -> None:
-        """Requests that arrived before this step is scheduled join the waiting queue (a step later under async)."""
-        cutoff = self.now - self.last_dt if self.lag else self.now
-        limit = self.issued if self.closed else self.n
-        arrival, order = self.arrival, self.order
-        j = self.next_arr
-        if self.fcfs:
-            append = self.waiting.append
-            while j < limit and arrival[order[j]] <= cutoff:
-                append(order[j])
-                j += 1
-        else:
-            while j < limit and arrival[order[j]] <= cutoff:
-                self._enqueue(order[j])
-                j += 1
-        self.next_arr = j
-
-    def _idle(self) -> bool:
-        """Nothing runs or waits: jump to the next arrival (False when none is left)."""
-        for i in self.draining:
-            self._release(i, False)
-        self.draining.clear()
-        if self.next_arr >= (self.issued if self.closed else self.n):
-            return False
-        t_arr = max(self.now, self.arrival[self.order[self.next_arr]])
-        self.prof[-1] += t_arr - max(self.now, self.t_first)
-        self.now = t_arr
-        self.last_dt = 0.0  # an idle engine schedules a request the moment it arrives
-        return True
-
-    # 2. a span of pure-decode steps nothing can interrupt
-    def _decode_span(self) -> bool:
-        """Advance every running request by the steps until the next finish, arrival or block shortage, if only
-        decodes run and no waiting request could be admitted meanwhile; False (nothing done) otherwise.
-
-        Requests still draining keep a waiting one out of the next step only: then no span is taken.
-        """
-        nrun = len(self.running)
-        n_wait = self._n_waiting()
-        cfg, pool, dec = self.cfg, self.pool, self.decoding
-        if not nrun or self.prefill or not self.fcfs or nrun > cfg.max_num_batched_tokens or (
-                self.draining and n_wait):
-            return False
-        admit_possible = n_wait > 0 or self.next_arr < (self.issued if self.closed else self.n)
-        if n_wait and nrun < cfg.max_num_seqs:
-            w = self.waiting[0]
-            hg, hp, touch = self._lookup(w)
-            admit_possible = self._cdiv(self.known[w]) - hg - hp + touch <= pool.num_free
-        elif nrun >= cfg.max_num_seqs:
-            admit_possible = False
-        if admit_possible and n_wait:
-            return False
-        k = dec.steps_to_finish()
-        free = pool.free_plain + pool.evictable
-        need = dec.new_blocks(k)
-        if need > free:  # the most steps the free blocks allow
-            lo, hi = 0, k
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if dec.new_blocks(mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            k = lo
-            if k < 1:
-                return False
-            need = dec.new_blocks(k)
-        now = self.now
-        until = self.arrival[self.order[self.next_arr]] - now if admit_possible else math.inf
-        steps = k
-        k, cum, self.last_dt, terms = self.cost.decode_span_until(nrun, nrun, float(dec.context()), k, until)
-        span = float(cum[k - 1])
-        self.cost.add_span_parts(self.prof, terms, k)
-        if self.record_steps:
-            self._record([now + float(c) for c in cum[:k]], nrun, nrun, nrun, True)
-        if dec.no_first:  # a request whose last prompt token is computed in the span's first step samples then
-            t0 = now + float(cum[0])
-            for i in dec.no_first:
-                self.first[i] = t0
-        if k < steps:  # the next arrival cut the span short
-            need = dec.new_blocks(k)
-        need_first = dec.new_blocks(1) if self.draining else 0
-        pool.take(need)
-        finished = dec.advance(k)
-        self.now = now + span
-        self.steps += k
-        self.tokens_total += k * nrun
-        self.busy += span
-        self.run_int += span * nrun
-        if self.draining:  # the span's first step was scheduled beside them; their blocks go now
-            self.kv_peak = max(self.kv_peak, pool.used - need + need_first)
-            for i in self.draining:
-                self._release(i, False)
-            self.draining.clear()
-        self.kv_peak = max(self.kv_peak, pool.used)
-        comp, known, out_left = self.comp, self.known, self.out_left
-        for i, c in finished:  # their counts back in the per-request lists
-            comp[i], known[i], out_left[i] = c, c + 1, 0
-            self._finish_request(i)
-        if self.check:
-            pool.check()
-        return True
-
-    def _nothing_scheduled(self, b: StepBatch) -> bool:
-        """A step with nothing to run: free the draining requests' places, or wait for an arrival."""
-        if b.group or b.chunks:
-            return False
-        self._regroup(list(self.prefill))
-        if self.draining:
-            for i in self.draining:
-                self._release(i, False)
-            self.draining.clear()
-            return True
-        # Nothing fits (every block is taken by requests that cannot advance): wait for arrivals.
-        if self.next_arr < (self.issued if self.closed else self.n) and not self.running:
-            t_arr = max(self.now, self.arrival[self.order[self.next_arr]])
-            self.prof[-1] += t_arr - max(self.now, self.t_first)
-            self.now = t_arr
-            self.last_dt = 0.0
-            return True
-        raise RuntimeError("scheduler deadlock: no request can be scheduled and none is running")
-
-    # 5. price the step, advance it, finish what is done
-    def _step(self, b: StepBatch) -> None:
-        """Price the step, advance every scheduled request by its tokens, and finish those that are done."""
-        cfg, pool, dec = self.cfg, self.pool, self.decoding
-        comp, known, out_left, first = self.comp, self.known, self.out_left, self.first
-        ntok = cfg.max_num_batched_tokens - b.budget
-        n_group = len(dec) if b.group else 0
-        nrun = len(self.running)
-        dt = self.cost.step_time(ntok, n_group + len(b.chunks), nrun, b.decode_ctx, b.pairs, b.pctx, b.uniform,
-                                 b.admitted, self.prof)
-        now = self.now = self.now + dt
-        self.last_dt = dt
-        self.steps += 1
-        self.tokens_total += ntok
-        self.busy += dt
-        self.run_int += dt * nrun
-        self.kv_peak = max(self.kv_peak, pool.used)
-        done: list[int] = []
-        sampled = n_group
-        for i, nn in b.chunks:
-            c = comp[i] = comp[i] + nn
-            if c == known[i]:  # the prompt (or its recompute) is done: the step samples a token
-                known[i] = c + 1
-                out_left[i] -= 1
-                sampled += 1
-                if first[i] != first[i]:
-                    first[i] = now
-                if not out_left[i]:
-                    done.append(i)
-        for i in self.draining:
-            self._release(i, False)
-        self.draining.clear()
-        if b.group:
-            for i in dec.no_first:
-                first[i] = now
-            finished = dec.advance(1)
-            for i, c in finished:  # their counts back in the per-request lists
-                comp[i], known[i], out_left[i] = c, c + 1, 0
-            if finished:
-                done = sorted([i for i, _ in finished] + done, key=self.running.__getitem__) if done else \
-                    [i for i, _ in finished]
-        for i in done:
-            self.prefill.pop(i, None)
-            self._finish_request(i)
-        self._regroup(list(self.prefill) if b.ungrouped else [i for i, _ in b.chunks])
-        if self.record_steps:
-            self._record([now], ntok, len(self.running), sampled, b.uniform)
-        if self.check:
-            pool.check()
-
-    def _finish_request(self, i: int) -> None:
-        """Request ``i`` generated its last token: its place and blocks are freed (a step later under async)."""
-        self.finish[i] = self.now
-        if self.lag:
-            self.draining.append(i)
-        else:
-            self._release(i, False)
-        del self.running[i]
-        self.done += 1
-        if self.closed and self.issued < self.n:
-            self.arrival[self.order[self.issued]] = self.now + self.round_trip
-            self.issued += 1
-
-    def _profile(self, parts: list[float], busy: float) -> Profile:
-        """The run's `Profile`: the steps' priced parts, the engine-CPU wait they leave, the idle waits."""
-        self.cost.engine_cpu_rest(parts, busy)
-        return Profile(*parts)
+            arrival=arrival, first_token=first, finish=finish, prompt_len=prompt, output_len=out_len,
+            generated=known - prompt, num_steps=int(out_i[0]), num_preemptions=int(out_i[4]),
+            prefix_queries=int(out_i[2]), prefix_hits=int(out_i[5]), kv_usage_peak=float(out_f[2]), busy_time=busy,
+            running_time_integral=float(out_f[1]), tokens_scheduled=int(out_i[1]),
+            preempted_prefix_hits=int(out_i[6]), steps=steps, profile=Profile(*parts))

@@ -18,8 +18,9 @@ request at a time, ``REQUEST_FIELDS`` only (`rsi_env.tasks.scheduler.run_policy`
 here, in the env's process, so the agent's code never touches a measurement.
 
 `PolicyEngineSim` plugs the keys into `EngineSim` through its two overridable methods,
-``waiting_key(i)`` and ``victim_key(i)``, which the priority path of ``EngineSim.run`` consults
-(defaults: the arrival time, i.e. vLLM's own priority order with equal priorities).
+``waiting_key(i)`` and ``victim_key(i)``, which ``EngineSim.run`` reads once per request before the run and passes
+to the compiled loop as arrays (the keys are static per request; defaults: the arrival time, i.e. vLLM's own priority
+order with equal priorities).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import rsi_env  # noqa: F401  (registers the envs)
 import rsi_env.engine.config
 import rsi_env.sim.engine
-import rsi_env.sim.kv_cache
+import rsi_env.tasks.bugfix.kv_cache
 from rsi_env.sandbox.episode import EpisodeSandbox
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.tasks.bugfix import checks, generator
@@ -64,12 +64,12 @@ def env():
 
 
 def test_the_workspace_is_bugfix_s_engine_loop_over_the_package_s_pool_and_config():
-    src = {m: Path(m.__file__).read_text() for m in (rsi_env.sim.kv_cache, rsi_env.engine.config)}
-    assert CLEAN["kv_cache.py"] == src[rsi_env.sim.kv_cache]
+    src = {m: Path(m.__file__).read_text() for m in (rsi_env.tasks.bugfix.kv_cache, rsi_env.engine.config)}
+    assert CLEAN["kv_cache.py"] == src[rsi_env.tasks.bugfix.kv_cache]
     assert CLEAN["config.py"] == src[rsi_env.engine.config]
     assert CLEAN["engine.py"] == CLEAN_ENGINE.read_text().replace(*LOCAL_IMPORT)
     kv, engine, config = clean_modules()  # what workspaces are judged against: the same sources
-    assert (kv, config) == (rsi_env.sim.kv_cache, rsi_env.engine.config) and engine.__file__ == str(CLEAN_ENGINE)
+    assert (kv, config) == (rsi_env.tasks.bugfix.kv_cache, rsi_env.engine.config) and engine.__file__ == str(CLEAN_ENGINE)
     assert {"tests/test_kv_cache.py", "tests/test_engine.py", "tests/conftest.py"} <= set(CLEAN)
 
 

@@ -26,7 +26,7 @@ import pytest
 import rsi_env  # noqa: F401  (registers the envs)
 import rsi_env.engine.config
 import rsi_env.sim.engine
-import rsi_env.sim.kv_cache
+import rsi_env.tasks.bugfix.kv_cache
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.profile import Profile
@@ -154,7 +154,7 @@ def test_the_package_s_modules_import_as_the_workspace_s_own(env: BugFixEnv):
     assert env.workspace is not None
     runtime = engine_runtime()
     ws = str(env.workspace.root)
-    out = shell(env, f"PYTHONPATH={ws}:{runtime} python -c \"import inspect, rsi_env.sim.kv_cache as k, "
+    out = shell(env, f"PYTHONPATH={ws}:{runtime} python -c \"import inspect, rsi_env.tasks.bugfix.kv_cache as k, "
                      "rsi_env.sim.engine as e, rsi_env.engine.config as c; "
                      "print(inspect.getsourcefile(k), inspect.getsourcefile(e), inspect.getsourcefile(c))\"")
     assert out.split() == [f"{ws}/kv_cache.py", f"{ws}/engine.py", f"{ws}/config.py"], out

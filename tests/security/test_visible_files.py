@@ -63,7 +63,7 @@ def _secrets() -> dict[int, list[str]]:
     paths = [*PKG.glob("catalog/code/*/hidden/**/*"), *PKG.glob("catalog/code/*/instances.yaml"),
              *PKG.glob("tasks/**/*.py"), *PKG.glob("catalog/suites/*"), *TESTS.rglob("*.py")]
     texts += [p.read_bytes() for p in paths if p.is_file()]
-    for rel in ("sim/kv_cache.py", "sim/engine.py", "engine/config.py"):
+    for rel in ("tasks/bugfix/kv_cache.py", "sim/engine.py", "engine/config.py"):
         texts.append((PKG / rel).read_bytes())
     texts.append(CLEAN_ENGINE.read_text().replace(*LOCAL_IMPORT).encode())  # BugFix-v0's, as its workspace holds it
     out: dict[int, set[str]] = {}

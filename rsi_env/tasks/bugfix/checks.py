@@ -48,8 +48,8 @@ from rsi_env.sandbox.base import Limits
 from rsi_env.sandbox.fresh import run_fresh
 from rsi_env.sandbox.hidden import CODE_DIR, CheckResult
 from rsi_env.sandbox.profile import Profile
-from rsi_env.sim.kv_cache import BlockPool
 from rsi_env.tasks.bugfix import harness
+from rsi_env.tasks.bugfix.kv_cache import BlockPool
 from rsi_env.tasks.bugfix.templates import ENGINE_FILES, clean_modules, engine_runtime
 
 __all__ = ["CHECK_NAMES", "CHECKS_FILE", "THROUGHPUT_FLOOR", "UNVERIFIED_RATE", "BenchResult", "CheckResult",

@@ -2,11 +2,12 @@
 
 The workspace holds three engine modules as the agent sees and edits them:
 
-- ``kv_cache.py`` — the paged KV block pool (`rsi_env.sim.kv_cache`), verbatim;
+- ``kv_cache.py`` — the paged KV block pool (`rsi_env.tasks.bugfix.kv_cache`, task material: the Python block pool
+  the package's engine ran over before its loop was compiled, vendored here verbatim when the package dropped it);
 - ``engine.py`` — the scheduler loop: token budget, admission, preemption. This is task data, not the package's
   simulator: the engine loop as it stood when BugFix-v0's bugs were written (``catalog/code/bugfix/hidden/
   engine.py``, `CLEAN_ENGINE`), whose exact text the bug operators mutate and whose hash stamps the instance table.
-  The package's `rsi_env.sim.engine` evolves on its own (issue 30 rewrote it for speed); BugFix-v0 keeps the
+  The package's `rsi_env.sim.engine` evolves on its own (issue 30 compiled it); BugFix-v0 keeps the
   codebase its bugs were written against. Its one import of the block pool is made local
   (``from kv_cache import BlockPool``) so that the workspace's engine runs over the workspace's pool;
 - ``config.py`` — vLLM's flag validation and default resolution (`rsi_env.engine.config`), verbatim;
@@ -34,7 +35,7 @@ from pathlib import Path
 from types import ModuleType
 
 import rsi_env.engine.config
-import rsi_env.sim.kv_cache
+import rsi_env.tasks.bugfix.kv_cache
 from rsi_env.sandbox.hidden import CODE_DIR
 from rsi_env.sandbox.runtime import package_runtime
 
@@ -42,13 +43,13 @@ __all__ = ["CLEAN_ENGINE", "ENGINE_FILES", "LOCAL_IMPORT", "SHADOWS", "VISIBLE_D
            "engine_runtime"]
 
 ENGINE_FILES = ("kv_cache.py", "engine.py", "config.py")
-LOCAL_IMPORT = ("from rsi_env.sim.kv_cache import BlockPool", "from kv_cache import BlockPool")
+LOCAL_IMPORT = ("from rsi_env.tasks.bugfix.kv_cache import BlockPool", "from kv_cache import BlockPool")
 VISIBLE_DIR = CODE_DIR / "bugfix" / "visible"
 # BugFix-v0's engine loop, in the package's form (its block pool imported from the package); hidden from every sandbox.
 CLEAN_ENGINE = CODE_DIR / "bugfix" / "hidden" / "engine.py"
 _CLEAN_ENGINE_MODULE = "rsi_env.tasks.bugfix._clean_engine"
 # The package's modules the workspace's stand in for, in every runtime a workspace's engine runs on.
-SHADOWS = {"sim/kv_cache.py": "kv_cache", "sim/engine.py": "engine", "engine/config.py": "config"}
+SHADOWS = {"tasks/bugfix/kv_cache.py": "kv_cache", "sim/engine.py": "engine", "engine/config.py": "config"}
 
 
 def engine_runtime() -> Path:
@@ -72,7 +73,7 @@ def clean_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
     engine = importlib.util.module_from_spec(spec)
     sys.modules[_CLEAN_ENGINE_MODULE] = engine  # its dataclasses look their module up by name
     spec.loader.exec_module(engine)
-    return rsi_env.sim.kv_cache, engine, rsi_env.engine.config
+    return rsi_env.tasks.bugfix.kv_cache, engine, rsi_env.engine.config
 
 
 def clean_workspace(pkg_root: str | None = None) -> dict[str, str]:
@@ -86,7 +87,7 @@ def clean_workspace(pkg_root: str | None = None) -> dict[str, str]:
     engine = CLEAN_ENGINE.read_text()
     if engine.count(LOCAL_IMPORT[0]) != 1:
         raise RuntimeError(f"{CLEAN_ENGINE} must import the block pool once as {LOCAL_IMPORT[0]!r}")
-    files = {"kv_cache.py": _source(rsi_env.sim.kv_cache),
+    files = {"kv_cache.py": _source(rsi_env.tasks.bugfix.kv_cache),
              "engine.py": engine.replace(*LOCAL_IMPORT),
              "config.py": _source(rsi_env.engine.config)}
     for p in sorted(VISIBLE_DIR.rglob("*.py")):

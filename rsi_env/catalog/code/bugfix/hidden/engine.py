@@ -36,7 +36,7 @@ from rsi_env.engine.config import ResolvedConfig
 from rsi_env.engine.profile import PARTS, Profile
 from rsi_env.engine.workload import Trace
 from rsi_env.sim.cost import StepCost
-from rsi_env.sim.kv_cache import BlockPool
+from rsi_env.tasks.bugfix.kv_cache import BlockPool
 
 __all__ = ["STEP_COLUMNS", "EngineSim", "SimResult"]
 
