@@ -1,4 +1,5 @@
-"""numba's cost to a fresh process: import, then the first `run_compiled` call (`loop_group`, or ``--loop loop_full``), with an empty
+"""numba's cost to a fresh process: import, then the first `run_compiled` call (`loop_group`, or ``--loop
+loop_full``), with an empty
 ``NUMBA_CACHE_DIR`` (it compiles) and then the same, warm, directory (it loads), three processes each way.
 
     PYTHONPATH=/tmp/numba_site python3 research/sim_numba/compile_time.py [--loop loop_full]

@@ -200,7 +200,8 @@ def main() -> None:
             print(f"{name:58s} {t_py * 1e3:9.2f} {t_port * 1e3:9.2f} {t_py / max(t_port, 1e-9):5.1f}x  {verdict}",
                   flush=True)
     print(f"\n{len(todo)} cases: port {counts['port']}, python fallback {counts['fallback']}, "
-          f"MISMATCH {counts['MISMATCH']}, no engine run {counts['no engine run (the configuration fails before the loop)']}")
+          f"MISMATCH {counts['MISMATCH']}, "
+          f"no engine run {counts['no engine run (the configuration fails before the loop)']}")
     for r, c in reasons.most_common():
         print(f"  fallback reason {r}: {c} cases")
     if tot["port"]:

@@ -167,7 +167,8 @@ def _padded(t, sizes):  # type: ignore[no-untyped-def]
 
 
 # ---- the block pool (`BlockPool`) --------------------------------------------------------------------------------
-# ps: [free_plain, evictable, a take beyond the free blocks, owned]; per chain: cached, refs, in_lru, prv/nxt (index S the list's sentinel).
+# ps: [free_plain, evictable, a take beyond the free blocks, owned]; per chain: cached, refs, in_lru, prv/nxt
+# (index S the list's sentinel).
 @njit(cache=True, fastmath=False)
 def _lru_unlink(c, prv, nxt, in_lru):  # type: ignore[no-untyped-def]
     p = prv[c]
@@ -1061,12 +1062,14 @@ def run_compiled(cfg: Any, cost: Any, trace: Any, num_gpu_blocks: int, record: b
         arrival, order, prompt, out_len, group, pblocks, ngroups, consts_of(cost), bs, max(num_gpu_blocks - 1, 0),
         int(cfg.max_num_seqs), int(cfg.max_num_batched_tokens), int(cfg.long_prefill_token_threshold or 0),
         bool(cfg.enable_chunked_prefill), caching, bool(cfg.async_scheduling), cfg.scheduling_policy == "fcfs",
-        linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed, float(cost.cal.frontend_s),
+        linear_consts(cost), moe, np.asarray(cost._sizes, np.int64), int(cost._window or 0), closed,
+        float(cost.cal.frontend_s),
         bool(record), keys is not None, wkey, vkey, bool(check), out_f, out_i, prof)
     res = {"arrival": arrival, "first_token": first, "finish": finish, "generated": known - prompt,
            "num_steps": int(out_i[0]), "tokens_scheduled": int(out_i[1]), "prefix_queries": int(out_i[2]),
            "num_preemptions": int(out_i[4]), "prefix_hits": int(out_i[5]), "preempted_prefix_hits": int(out_i[6]),
-           "busy_time": float(out_f[0]), "running_time_integral": float(out_f[1]), "kv_usage_peak": float(out_f[2]), "steps": None}
+           "busy_time": float(out_f[0]), "running_time_integral": float(out_f[1]), "kv_usage_peak": float(out_f[2]),
+           "steps": None}
     if record:
         nrec = int(out_i[7])
         res["steps"] = {"t": rec_t[:nrec].copy(), "tokens": rec_i[:nrec, 0].copy(), "running": rec_i[:nrec, 1].copy(),
