@@ -108,7 +108,12 @@ def njit(fn: F) -> F:
     """``numba.njit(cache=True)`` (no fastmath) where numba imports; ``fn`` itself otherwise."""
     if _numba is None:
         return fn
-    return _numba.njit(cache=True, fastmath=False)(fn)
+    try:
+        return _numba.njit(cache=True, fastmath=False)(fn)
+    except RuntimeError:  # numba finds no folder it can write its cache to: compiled in every process
+        warnings.warn("numba can write its cache nowhere (a read-only install and home; set NUMBA_CACHE_DIR): the "
+                      "simulator's loop is compiled afresh in every process", stacklevel=2)
+        return _numba.njit(fastmath=False)(fn)
 
 
 def _cached(fn: Any) -> bool:
