@@ -102,6 +102,7 @@ def _import_numba() -> Any:
 _numba = _import_numba()
 COMPILED = _numba is not None  # False: the loop runs as plain Python
 _called: set[int] = set()  # compiled functions this process has called (`first_call`)
+_uncached: list[Any] = []  # functions numba compiles without a cache (no writable cache folder)
 
 
 def njit(fn: F) -> F:
@@ -111,8 +112,10 @@ def njit(fn: F) -> F:
     try:
         return _numba.njit(cache=True, fastmath=False)(fn)
     except RuntimeError:  # numba finds no folder it can write its cache to: compiled in every process
-        warnings.warn("numba can write its cache nowhere (a read-only install and home; set NUMBA_CACHE_DIR): the "
-                      "simulator's loop is compiled afresh in every process", stacklevel=2)
+        if not _uncached:
+            warnings.warn("numba can write its cache nowhere (a read-only install and home; set NUMBA_CACHE_DIR): "
+                          "the simulator's loop is compiled afresh in every process", stacklevel=2)
+        _uncached.append(fn)
         return _numba.njit(fastmath=False)(fn)
 
 
