@@ -154,7 +154,7 @@ def test_the_package_s_modules_import_as_the_workspace_s_own(env: BugFixEnv):
     assert env.workspace is not None
     runtime = engine_runtime()
     ws = str(env.workspace.root)
-    out = shell(env, f"PYTHONPATH={ws}:{runtime} python -c \"import inspect, rsi_env.tasks.bugfix.kv_cache as k, "
+    out = shell(env, f"PYTHONPATH={ws}:{runtime} python -c \"import inspect, kv_cache as k, "
                      "rsi_env.sim.engine as e, rsi_env.engine.config as c; "
                      "print(inspect.getsourcefile(k), inspect.getsourcefile(e), inspect.getsourcefile(c))\"")
     assert out.split() == [f"{ws}/kv_cache.py", f"{ws}/engine.py", f"{ws}/config.py"], out

@@ -102,13 +102,21 @@ def _import_numba() -> Any:
 _numba = _import_numba()
 COMPILED = _numba is not None  # False: the loop runs as plain Python
 _called: set[int] = set()  # compiled functions this process has called (`first_call`)
+_uncached: list[Any] = []  # functions numba compiles without a cache (no writable cache folder)
 
 
 def njit(fn: F) -> F:
     """``numba.njit(cache=True)`` (no fastmath) where numba imports; ``fn`` itself otherwise."""
     if _numba is None:
         return fn
-    return _numba.njit(cache=True, fastmath=False)(fn)
+    try:
+        return _numba.njit(cache=True, fastmath=False)(fn)
+    except RuntimeError:  # numba finds no folder it can write its cache to: compiled in every process
+        if not _uncached:
+            warnings.warn("numba can write its cache nowhere (a read-only install and home; set NUMBA_CACHE_DIR): "
+                          "the simulator's loop is compiled afresh in every process", stacklevel=2)
+        _uncached.append(fn)
+        return _numba.njit(fastmath=False)(fn)
 
 
 def _cached(fn: Any) -> bool:

@@ -1,19 +1,21 @@
 """The engine loop, compiled: vLLM V1's engine core iteration by iteration over one trace (`engine_loop`).
 
-One iteration is vLLM's (``vllm/v1/core/sched/scheduler.py`` 0.26, ``EngineCore.step_with_batch_queue``):
+One iteration is vLLM's (``vllm/v1/core/sched/scheduler.py`` 0.26, ``EngineCore.step_with_batch_queue``), each step
+a function of its own:
 
-1. **arrivals**: requests that arrived before this step is scheduled join the waiting queue (under async scheduling
-   one step later: vLLM schedules step N+1 as soon as step N is launched);
-2. **a decode span**: when only decodes run and nothing could change the batch (no admission possible, no finish, no
-   block shortage), the steps to the next finish or arrival are taken at once (`price.price_span`);
-3. **schedule the running requests**, in admission order, each taking ``min(tokens it still needs,
-   long_prefill_token_threshold, budget left)`` of ``max_num_batched_tokens``; when they do not all fit (budget or
-   blocks), one by one, preempting from the tail (FCFS) or the largest victim key (priority), by recompute;
-4. **admit** waiting requests (never in a step that preempted) while fewer than ``max_num_seqs`` run and their whole
-   known sequence fits the free blocks, after a prefix-cache lookup capped at ``num_tokens - 1``;
-5. **price** the step (`price.step_time`), **advance** every scheduled request by its tokens, **finish** those that
-   are done (their place and blocks freed a step later under async scheduling: ``drain``), and the prompts that are
-   done join the decode group (`decode_group`).
+1. **arrivals** (`arrivals`): requests that arrived before this step is scheduled join the waiting queue (under async
+   scheduling one step later: vLLM schedules step N+1 as soon as step N is launched);
+2. **a decode span** (`span_length`, `price.price_span`): when only decodes run and nothing could change the batch
+   (no admission possible, no finish, no block shortage), the steps to the next finish or arrival are taken at once;
+3. **schedule the running requests** (`schedule_running`), in admission order, each taking ``min(tokens it still
+   needs, long_prefill_token_threshold, budget left)`` of ``max_num_batched_tokens``; when they do not all fit
+   (budget or blocks), one by one, preempting from the tail (FCFS) or the largest victim key (priority), by recompute
+   (`schedule_one_by_one`);
+4. **admit** waiting requests (`admit`; never in a step that preempted) while fewer than ``max_num_seqs`` run and
+   their whole known sequence fits the free blocks, after a prefix-cache lookup capped at ``num_tokens - 1``;
+5. **price** the step (`price.step_time`), **advance** every scheduled request by its tokens (`advance`, the decode
+   group by one), **finish** those that are done (`leave_finished`, `finish_requests`: their place and blocks freed a
+   step later under async scheduling, ``drain``), and the prompts that are done join the decode group (`regroup`).
 
 The block pool is `block_pool`'s arrays; the requests' state is per-request arrays (``comp``: tokens computed,
 ``known``: prompt plus tokens generated, ``out_left``: tokens still to generate); the running requests are ``run``
@@ -405,9 +407,130 @@ def schedule_running(run, nrun, pre, npre, max_tokens, thr, bs, W, WE, g, ndec, 
 
 
 @njit
+def advance(ch_i, ch_n, nch, now, comp, known, out_left, first, fin):
+    """The requests scheduled one by one (``ch_i``/``ch_n``: request, tokens) computed their tokens in the step that
+    ended at ``now``: a request whose known tokens are all computed samples one (its first token, maybe its last).
+    Those done are written to ``fin``. Returns (done, tokens sampled)."""
+    nf = 0
+    sampled = 0
+    for c in range(nch):
+        i = ch_i[c]
+        cc = comp[i] + ch_n[c]
+        comp[i] = cc
+        if cc == known[i]:
+            sampled += 1
+            known[i] = cc + 1
+            out_left[i] -= 1
+            if first[i] != first[i]:
+                first[i] = now
+            if out_left[i] == 0:
+                fin[nf] = i
+                nf += 1
+    return nf, sampled
+
+
+@njit
+def in_running_order(fin, nf, seq):
+    """``fin[:nf]`` sorted by admission number (``seq``)."""
+    keys = np.empty(nf, np.int64)
+    for x in range(nf):
+        keys[x] = seq[fin[x]]
+    return fin[:nf][np.argsort(keys)]
+
+
+@njit
+def regroup(pre, npre, g, ndec, base_sum, n_nf, no_first, bs, W, finish, first, comp, known, out_left, seq, base,
+            out_base, is_dec, phase, heap, below, ws, is_sat):
+    """The prompts being computed (``pre[:npre]``) whose prompt is done join the decode group, in running order (those
+    without a first token yet noted in ``no_first``: they sample it in the group's next step); finished ones leave.
+    Returns (prompts still being computed, group members, sum of their bases, requests in ``no_first``)."""
+    m = 0
+    for x in range(npre):
+        i = pre[x]
+        if finish[i] == finish[i]:
+            continue
+        if known[i] - comp[i] == 1:
+            ndec, base_sum = join(i, g, ndec, base_sum, bs, W, comp, out_left, seq, base, out_base, is_dec, phase, heap,
+                                  below, ws, is_sat)
+            if first[i] != first[i]:
+                no_first[n_nf] = i
+                n_nf += 1
+        else:
+            pre[m] = i
+            m += 1
+    return m, ndec, base_sum, n_nf
+
+
+@njit
+def arrivals(cutoff, next_arr, limit, arrival, order, fcfs, wq, wh, wc, wheap, keyed, wkey):
+    """Requests that arrived by ``cutoff`` (of the first ``limit`` in arrival ``order``) join the waiting queue: the
+    FCFS ring (``wq``, head ``wh``, ``wc`` of them) or, under the priority policy, the heap of (waiting key, id), the
+    key the arrival time unless ``keyed``. Returns (the next arrival's place in ``order``, the ring's count)."""
+    n = arrival.shape[0]
+    while next_arr < limit and arrival[order[next_arr]] <= cutoff:
+        i = order[next_arr]
+        if fcfs:
+            wq[(wh + wc) % n] = i
+            wc += 1
+        else:
+            heapq.heappush(wheap, (wkey[i] if keyed else arrival[i], i))
+        next_arr += 1
+    return next_arr, wc
+
+
+@njit
+def span_length(nrun, n_wait, max_seqs, next_arr, limit, now, arrival, order, wq, wh, caching, bs, ngroups, known,
+                pblocks, group, was_pre, cached, in_lru, lk, ps, g, ndec, phase, heap, is_dec, seq, out_base):
+    """How many pure-decode steps nothing can interrupt (the running requests are all in the decode group, FCFS): 0
+    when a waiting request could be admitted now; else the steps to the group's next finish, as many as the free
+    blocks allow, and ``until``, the time from ``now`` to the next arrival if one could then be admitted (the span
+    stops at the first step that ends at or after it; infinite otherwise). Returns (steps, until)."""
+    admit_possible = n_wait > 0 or next_arr < limit
+    if n_wait and nrun < max_seqs:
+        w = wq[wh]
+        lookup(w, caching, bs, ngroups, known, pblocks, group, was_pre, cached, in_lru, lk)
+        admit_possible = cdiv(known[w], bs) - lk[0] - lk[1] + lk[2] <= ps[PS_FREE] + ps[PS_EVICTABLE]
+    elif nrun >= max_seqs:
+        admit_possible = False
+    if admit_possible and n_wait:
+        return 0, 0.0
+    ks = steps_to_finish(g, heap, is_dec, seq, out_base)
+    free = ps[PS_FREE] + ps[PS_EVICTABLE]
+    if new_blocks(ks, ndec, bs, g, phase) > free:  # the most steps the free blocks allow
+        lo, hi = 0, ks
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if new_blocks(mid, ndec, bs, g, phase) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        ks = lo
+        if ks < 1:
+            return 0, 0.0
+    until = arrival[order[next_arr]] - now if admit_possible else math.inf
+    return ks, until
+
+
+@njit
 def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs, num_blocks, max_seqs, max_tokens, thr,
-          chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, keyed, wkey, vkey, check, out_f,
-          out_i, prof):
+                chunked, caching, lag, fcfs, L, moe, sizes, W, closed, round_trip, record, keyed, wkey, vkey, check,
+                out_f, out_i, prof):
+    """One engine over one trace, until every request has finished (`rsi_env.sim.engine.EngineSim.run` calls it).
+
+    Per request: ``arrival`` (s; a closed loop's written as its requests are sent), ``prompt``, ``out_len``,
+    ``group``/``pblocks`` (prefix group, -1 none, and its shared prefix in blocks; ``ngroups`` groups); ``order``: the
+    requests by arrival. The configuration: ``bs`` (block size), ``num_blocks`` (the pool, null block excluded),
+    ``max_seqs``, ``max_tokens`` (the step's token budget), ``thr`` (long-prefill threshold, 0 none), ``chunked``,
+    ``caching`` (prefix caching), ``lag`` (async scheduling), ``fcfs`` (else priority: by ``wkey``/``vkey`` if
+    ``keyed``, else the arrival times), ``W`` (sliding window, 0 none), ``closed`` (closed-loop concurrency, 0 open)
+    and ``round_trip`` (the front end's, closed loop). The cost model: ``k``, ``L``, ``moe`` (`price`'s constants),
+    ``sizes`` (CUDA-graph capture sizes). ``record``: keep the step trace; ``check``: check the pool's invariant after
+    every step and span.
+
+    Writes ``out_f`` (busy time, running-time integral, KV usage peak), ``out_i`` (steps, tokens scheduled, prefix
+    queries, status `ST_*`, preemptions, prefix hits, preempted requests' hits, step-trace rows) and adds the profile's
+    parts to ``prof``. Returns (first token and finish times, known tokens, the step trace's time and integer columns,
+    the pool's counts, cached lengths, references and LRU membership at the end)."""
     n = arrival.shape[0]
     issued = min(closed, n) if closed else 0
     comp = np.zeros(n, np.int64)
@@ -494,18 +617,12 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
         if ps[PS_FAILED]:
             status = ST_NO_BLOCKS
             break
-        cutoff = now - last_dt if lag else now
+        # 1. arrivals
         limit = issued if closed else n
-        while next_arr < limit and arrival[order[next_arr]] <= cutoff:
-            i = order[next_arr]
-            if fcfs:
-                wq[(wh + wc) % n] = i
-                wc += 1
-            else:
-                heapq.heappush(wheap, (wkey[i] if keyed else arrival[i], i))
-            next_arr += 1
+        next_arr, wc = arrivals(now - last_dt if lag else now, next_arr, limit, arrival, order, fcfs, wq, wh, wc, wheap,
+                                keyed, wkey)
         n_wait = wc if fcfs else len(wheap)
-        if nrun == 0 and n_wait == 0:
+        if nrun == 0 and n_wait == 0:  # nothing runs or waits: jump to the next arrival
             ndrain = release_all(drain, ndrain, caching, bs, ngroups, comp, shared, in_group, chain_pos, group, ps,
                                  cached, refs, prv, nxt, in_lru, S)
             if next_arr >= limit:
@@ -517,71 +634,52 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
             continue
         # 2. a decode span nothing can interrupt (only decodes run, no admission possible meanwhile)
         if fcfs and nrun and npre == 0 and nrun <= max_tokens and not (ndrain and n_wait):
-            admit_possible = n_wait > 0 or next_arr < limit
-            if n_wait and nrun < max_seqs:
-                w = wq[wh]
-                lookup(w, caching, bs, ngroups, known, pblocks, group, was_pre, cached, in_lru, lk)
-                admit_possible = cdiv(known[w], bs) - lk[0] - lk[1] + lk[2] <= ps[PS_FREE] + ps[PS_EVICTABLE]
-            elif nrun >= max_seqs:
-                admit_possible = False
-            if not (admit_possible and n_wait):
-                ks = steps_to_finish(g, heap, is_dec, seq, out_base)
-                free = ps[PS_FREE] + ps[PS_EVICTABLE]
-                ok = True
-                if new_blocks(ks, ndec, bs, g, phase) > free:  # the most steps the free blocks allow
-                    lo, hi = 0, ks
-                    while lo < hi:
-                        mid = (lo + hi + 1) // 2
-                        if new_blocks(mid, ndec, bs, g, phase) <= free:
-                            lo = mid
-                        else:
-                            hi = mid - 1
-                    ks = lo
-                    ok = ks >= 1
-                if ok:
-                    until = arrival[order[next_arr]] - now if admit_possible else math.inf
-                    ctx0 = float(context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq))
-                    kk, span, t0, last_dt = price_span(nrun, ks, until, ctx0, W, sizes, L, moe, k, kern_buf, cum_buf,
-                                                       prof)
-                    if record:
-                        rec_t, rec_i = grow(rec_t, rec_i, nrec + kk)
-                        gm = 2 if nrun <= maxg else 0
-                        for j in range(kk):
-                            rec_t[nrec] = now + cum_buf[j]
-                            rec_i[nrec, 0] = nrun
-                            rec_i[nrec, 1] = nrun
-                            rec_i[nrec, 2] = nrun
-                            rec_i[nrec, 3] = gm
-                            nrec += 1
-                    for x in range(n_nf):  # a request whose last prompt token was computed samples in the first step
-                        first[no_first[x]] = now + t0
-                    n_nf = 0
-                    need = new_blocks(kk, ndec, bs, g, phase)
-                    need_first = new_blocks(1, ndec, bs, g, phase) if ndrain else 0
-                    take(need, ps, cached, prv, nxt, in_lru, S)
-                    g += kk
-                    now = now + span
-                    steps += kk
-                    tokens_total += kk * nrun
-                    busy += span
-                    run_int += span * nrun
-                    if ndrain:  # the span's first step was scheduled beside them; their blocks go now
-                        kv_peak = max(kv_peak, num_blocks - ps[PS_FREE] - ps[PS_EVICTABLE] - need + need_first)
-                        ndrain = release_all(drain, ndrain, caching, bs, ngroups, comp, shared, in_group, chain_pos,
-                                             group, ps, cached, refs, prv, nxt, in_lru, S)
-                    kv_peak = max(kv_peak, num_blocks - ps[PS_FREE] - ps[PS_EVICTABLE])
-                    nf, ndec, base_sum = leave_finished(g, ndec, base_sum, bs, W, heap, is_dec, seq, base, out_base,
-                                                        phase, is_sat, ws, comp, known, out_left, fin, 0)
-                    if nf:
-                        ndrain, done, issued = finish_requests(fin, nf, now, lag, drain, ndrain, done, issued, closed,
-                                                               arrival, order, round_trip, finish, caching, bs,
-                                                               ngroups, comp, shared, in_group, chain_pos, group, ps,
-                                                               cached, refs, prv, nxt, in_lru, S)
-                        nrun = drop_finished(run, nrun, finish)
-                    if check and broken(num_blocks, ps, cached, refs, in_lru):
-                        status = ST_INVARIANT
-                        break
-                    continue
+            ks, until = span_length(nrun, n_wait, max_seqs, next_arr, limit, now, arrival, order, wq, wh, caching, bs,
+                                    ngroups, known, pblocks, group, was_pre, cached, in_lru, lk, ps, g, ndec, phase, heap,
+                                    is_dec, seq, out_base)
+            if ks:
+                ctx0 = float(context(W, ndec, g, base_sum, below, ws, is_sat, is_dec, seq))
+                kk, span, t0, last_dt = price_span(nrun, ks, until, ctx0, W, sizes, L, moe, k, kern_buf, cum_buf,
+                                                   prof)
+                if record:
+                    rec_t, rec_i = grow(rec_t, rec_i, nrec + kk)
+                    gm = 2 if nrun <= maxg else 0
+                    for j in range(kk):
+                        rec_t[nrec] = now + cum_buf[j]
+                        rec_i[nrec, 0] = nrun
+                        rec_i[nrec, 1] = nrun
+                        rec_i[nrec, 2] = nrun
+                        rec_i[nrec, 3] = gm
+                        nrec += 1
+                for x in range(n_nf):  # a request whose last prompt token was computed samples in the first step
+                    first[no_first[x]] = now + t0
+                n_nf = 0
+                need = new_blocks(kk, ndec, bs, g, phase)
+                need_first = new_blocks(1, ndec, bs, g, phase) if ndrain else 0
+                take(need, ps, cached, prv, nxt, in_lru, S)
+                g += kk
+                now = now + span
+                steps += kk
+                tokens_total += kk * nrun
+                busy += span
+                run_int += span * nrun
+                if ndrain:  # the span's first step was scheduled beside them; their blocks go now
+                    kv_peak = max(kv_peak, num_blocks - ps[PS_FREE] - ps[PS_EVICTABLE] - need + need_first)
+                    ndrain = release_all(drain, ndrain, caching, bs, ngroups, comp, shared, in_group, chain_pos,
+                                         group, ps, cached, refs, prv, nxt, in_lru, S)
+                kv_peak = max(kv_peak, num_blocks - ps[PS_FREE] - ps[PS_EVICTABLE])
+                nf, ndec, base_sum = leave_finished(g, ndec, base_sum, bs, W, heap, is_dec, seq, base, out_base,
+                                                    phase, is_sat, ws, comp, known, out_left, fin, 0)
+                if nf:
+                    ndrain, done, issued = finish_requests(fin, nf, now, lag, drain, ndrain, done, issued, closed,
+                                                           arrival, order, round_trip, finish, caching, bs,
+                                                           ngroups, comp, shared, in_group, chain_pos, group, ps,
+                                                           cached, refs, prv, nxt, in_lru, S)
+                    nrun = drop_finished(run, nrun, finish)
+                if check and broken(num_blocks, ps, cached, refs, in_lru):
+                    status = ST_INVARIANT
+                    break
+                continue
         # 3. the running requests
         (budget, group_runs, nch, decode_ctx, pairs, pctx, uniform, preempted, nrun, npre, ndec, base_sum, n_nf, wh, wc,
          preemptions) = schedule_running(
@@ -599,7 +697,7 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
         if admitted:
             uniform = False
         if group_runs or nch:
-            # price, advance, finish
+            # 5. price, advance, finish
             ntok = max_tokens - budget
             n_group = ndec if group_runs else 0
             pt = padded(ntok, sizes)
@@ -612,21 +710,8 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
             busy += dt
             run_int += dt * nrun
             kv_peak = max(kv_peak, num_blocks - ps[PS_FREE] - ps[PS_EVICTABLE])
-            nf = 0
-            sampled = n_group
-            for c in range(nch):
-                i = ch_i[c]
-                cc = comp[i] + ch_n[c]
-                comp[i] = cc
-                if cc == known[i]:
-                    sampled += 1
-                    known[i] = cc + 1
-                    out_left[i] -= 1
-                    if first[i] != first[i]:
-                        first[i] = now
-                    if out_left[i] == 0:
-                        fin[nf] = i
-                        nf += 1
+            nf, sampled = advance(ch_i, ch_n, nch, now, comp, known, out_left, first, fin)
+            sampled += n_group
             ndrain = release_all(drain, ndrain, caching, bs, ngroups, comp, shared, in_group, chain_pos, group, ps,
                                  cached, refs, prv, nxt, in_lru, S)
             if group_runs:
@@ -636,15 +721,11 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
                 g += 1
                 nf, ndec, base_sum = leave_finished(g, ndec, base_sum, bs, W, heap, is_dec, seq, base, out_base,
                                                     phase, is_sat, ws, comp, known, out_left, fin, nf)
-            if nf:  # in running order
-                keys = np.empty(nf, np.int64)
-                for x in range(nf):
-                    keys[x] = seq[fin[x]]
-                fs = fin[:nf][np.argsort(keys)]
-                ndrain, done, issued = finish_requests(fs, nf, now, lag, drain, ndrain, done, issued, closed, arrival,
-                                                       order, round_trip, finish, caching, bs, ngroups, comp, shared,
-                                                       in_group, chain_pos, group, ps, cached, refs, prv, nxt, in_lru,
-                                                       S)
+            if nf:
+                ndrain, done, issued = finish_requests(in_running_order(fin, nf, seq), nf, now, lag, drain, ndrain,
+                                                       done, issued, closed, arrival, order, round_trip, finish,
+                                                       caching, bs, ngroups, comp, shared, in_group, chain_pos, group,
+                                                       ps, cached, refs, prv, nxt, in_lru, S)
                 nrun = drop_finished(run, nrun, finish)
             if record:
                 rec_t, rec_i = grow(rec_t, rec_i, nrec + 1)
@@ -657,22 +738,10 @@ def engine_loop(arrival, order, prompt, out_len, group, pblocks, ngroups, k, bs,
             if check and broken(num_blocks, ps, cached, refs, in_lru):
                 status = ST_INVARIANT
                 break
-        # regroup: prompts done join the decode group, in running order
-        m = 0
-        for x in range(npre):
-            i = pre[x]
-            if finish[i] == finish[i]:
-                continue
-            if known[i] - comp[i] == 1:
-                ndec, base_sum = join(i, g, ndec, base_sum, bs, W, comp, out_left, seq, base, out_base, is_dec, phase,
-                                      heap, below, ws, is_sat)
-                if first[i] != first[i]:
-                    no_first[n_nf] = i
-                    n_nf += 1
-            else:
-                pre[m] = i
-                m += 1
-        npre = m
+        # prompts done join the decode group, in running order
+        npre, ndec, base_sum, n_nf = regroup(pre, npre, g, ndec, base_sum, n_nf, no_first, bs, W, finish, first, comp,
+                                             known, out_left, seq, base, out_base, is_dec, phase, heap, below, ws,
+                                             is_sat)
         if not group_runs and nch == 0:
             if ndrain:
                 ndrain = release_all(drain, ndrain, caching, bs, ngroups, comp, shared, in_group, chain_pos, group, ps,

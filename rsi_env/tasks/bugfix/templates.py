@@ -22,8 +22,9 @@ the package's `rsi_env.sim.cost.StepCost` (its ``step_time``, ``decode_span`` an
 interface stays.
 
 Every sandbox that runs a workspace's engine (the agent's shell, the harness, the visible tests) sees the
-package only as `engine_runtime`: a copy without the bug catalogue and hidden checks, whose three engine
-modules are stubs loading the workspace's own, so the clean originals are nowhere an agent can read them.
+package only as `engine_runtime`: a copy without the bug catalogue and hidden checks, whose engine and config
+modules are stubs loading the workspace's own (the block pool is no package module: the workspace's engine imports
+the workspace's), so the clean originals are nowhere an agent can read them.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ VISIBLE_DIR = CODE_DIR / "bugfix" / "visible"
 CLEAN_ENGINE = CODE_DIR / "bugfix" / "hidden" / "engine.py"
 _CLEAN_ENGINE_MODULE = "rsi_env.tasks.bugfix._clean_engine"
 # The package's modules the workspace's stand in for, in every runtime a workspace's engine runs on.
-SHADOWS = {"tasks/bugfix/kv_cache.py": "kv_cache", "sim/engine.py": "engine", "engine/config.py": "config"}
+# The block pool is not among them: it is task material (`rsi_env.tasks.bugfix.kv_cache`, under ``tasks``, which no
+# runtime holds), and the workspace's engine imports the workspace's own (``from kv_cache import BlockPool``).
+SHADOWS = {"sim/engine.py": "engine", "engine/config.py": "config"}
 
 
 def engine_runtime() -> Path:
