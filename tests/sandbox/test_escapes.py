@@ -199,7 +199,14 @@ def test_killing_the_parent_and_everything_spares_the_env(sandbox: Sandbox):
     if sandbox.backend == "local" and os.geteuid() != 0:
         pytest.skip("the local backend protects the env's process only when it runs as root (it drops to nobody)")
     me = os.getpid()
-    for attack in ("kill -9 $PPID", "kill -9 -1", f"kill -9 {me}", "kill -9 1"):
+    attacks = ["kill -9 $PPID", "kill -9 -1", f"kill -9 {me}", "kill -9 1"]
+    if sandbox.backend == "local":
+        # The local backend's user is the machine's nobody, in the machine's PID namespace: its ``kill -9 -1``
+        # reaches every process of nobody here, other tests' sandboxed commands included (a Harbor trial's verifier
+        # died of it under xdist). What it shows for the env, a root process nobody cannot signal, the attack by
+        # its PID shows too; the contained backends keep the whole list.
+        attacks.remove("kill -9 -1")
+    for attack in attacks:
         sandbox.run(attack, timeout_s=5)
         assert os.getpid() == me  # still here
         still_works(sandbox)
