@@ -1,26 +1,28 @@
 """Measure the real SGLang engine on workloads: one engine start, one config, several workloads.
 
-Run as its own process (``python -m rsi_env.real.sglang_driver``), as `rsi_env.real.vllm_driver` is for vLLM, with
-the same command line and the same one JSON line per workload in ``--out``, so `rsi_env.real.RealTier` reads both.
-It writes the model's ``config.json`` to a temporary folder (`rsi_env.real.driver_inputs`), starts SGLang's
-``Engine`` with ``load_format="dummy"``, ``skip_tokenizer_init=True``, the `SglangConfig` flags (``--set``) and any
-other ``ServerArgs`` passed through (``--server-arg``, e.g. ``attention_backend=triton``), warms it up
-(`rsi_env.real.warmup`), then sends each workload's exact token ids on its arrival schedule
-(`rsi_env.real.schedule`) with greedy sampling and exactly the trace's output length (``max_new_tokens`` with
-``ignore_eos``: SGLang refuses ``min_new_tokens`` without a tokenizer, "min_new_tokens=N is unavailable when
-skip_tokenizer_init=True (requires tokenizer for eos_token_id)"; every request's count is checked), streaming to
-time arrival, first token and finish per request. Between workloads SGLang's cache is flushed (its radix tree
-emptied), as the vLLM driver resets its prefix cache.
+Run as its own process (``python -m rsi_env.real.sglang_driver``), as `rsi_env.real.vllm_driver` is for vLLM, with the
+same command line and the same one JSON line per workload in ``--out``, so `rsi_env.real.RealTier` reads both. It
+writes the model's ``config.json`` to a temporary folder (`rsi_env.real.driver_inputs`), starts SGLang's ``Engine``
+with ``load_format="dummy"``, ``skip_tokenizer_init=True``, the `SglangConfig` flags (``--set``) and any other
+``ServerArgs`` passed through (``--server-arg``, e.g. ``attention_backend=triton``), warms it up
+(`rsi_env.real.warmup`) and, with ``--gc frozen``, freezes the garbage collectors' heaps of its processes (SGLang's
+``Engine.freeze_gc``, this process's first: `rsi_env.real.gc_pauses`), then sends each workload's exact token ids on
+its arrival schedule (`rsi_env.real.schedule`) with greedy sampling and exactly the trace's output length
+(``max_new_tokens`` with ``ignore_eos``: SGLang refuses ``min_new_tokens`` without a tokenizer, "min_new_tokens=N is
+unavailable when skip_tokenizer_init=True (requires tokenizer for eos_token_id)"; every request's count is checked),
+streaming to time arrival, first token and finish per request. Between workloads SGLang's cache is flushed (its radix
+tree emptied), as the vLLM driver resets its prefix cache.
 
 SGLang's own counters: per request, the final stream chunk's ``meta_info`` (``cached_tokens``, ``prompt_tokens``,
-``num_retractions``) gives the prefix-cache hit rate and the retractions (SGLang's preemptions); its Prometheus
-gauges (`rsi_env.real.sglang_metrics`: running and queued requests, KV pool use), sampled through the workload,
-give the mean batch and the KV peak; its counters are read before and after. The row records what the engine
-resolved (``resolved``: `rsi_env.real.sglang_args.resolved_flags`; ``server_args``: every field) and SGLang's
-version. Each row's ``passes`` are SGLang's logged passes during the workload (`rsi_env.real.sglang_passes`: every
-prefill pass, every ``decode_log_interval``-th decode pass, with running and queued requests). Left out, and named in
-the row's ``unavailable``: a per-step trace of every pass and the profiled replay the vLLM driver adds (no SGLang
-counterpart is wired here), so the telemetry's ``profile`` is empty.
+``num_retractions``) gives the prefix-cache hit rate and the retractions (SGLang's preemptions); its Prometheus gauges
+(`rsi_env.real.sglang_metrics`: running and queued requests, KV pool use), sampled through the workload, give the mean
+batch and the KV peak; its counters are read before and after. ``driver_gc``: every collection of this process's
+garbage collector during the workload (SGLang's tokenizer manager runs in it, so a long one starves the scheduler).
+The row records what the engine resolved (``resolved``: `rsi_env.real.sglang_args.resolved_flags`; ``server_args``:
+every field), SGLang's version and ``gc`` (frozen or live). Each row's ``passes`` are SGLang's logged passes during
+the workload (`rsi_env.real.sglang_passes`: every prefill pass, every ``decode_log_interval``-th decode pass, with
+running and queued requests). Left out, and named in the row's ``unavailable``: a per-step trace of every pass and the
+profiled replay the vLLM driver adds (no SGLang counterpart is wired here), so the telemetry's ``profile`` is empty.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
 from rsi_env.errors import InvalidConfigError
 from rsi_env.real.driver_inputs import model_folder, parse_assignments
+from rsi_env.real.gc_pauses import GcPauses, add_gc_option, freeze_heap
 from rsi_env.real.host import CpuShares, cpu_probe_ms, gpu_names, host_info, wrong_hardware
 from rsi_env.real.schedule import run_schedule
 from rsi_env.real.sglang_args import engine_kwargs, resolved_flags
@@ -124,7 +127,8 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
     shares = CpuShares()  # the host's CPU time through the workload, on the requests' clock
     sampler_task = asyncio.create_task(sampler())
     try:
-        await run_schedule(trace, one, t0)
+        with GcPauses() as pauses:  # the front end's process is this one: its collections stall the engine
+            await run_schedule(trace, one, t0)
     finally:
         done.set()
         await sampler_task
@@ -145,6 +149,7 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
         "sglang_counters": {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)},
         "output_token_ids": {str(i): t for i, t in tokens.items()},
         "host_cpu": shares.summary(),
+        "driver_gc": pauses.summary(t0),
     }
     return RequestTimings(arrival, first, finish, trace.prompt_len, trace.output_len), counters
 
@@ -171,6 +176,9 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
     # Warm-up: first-use effects (kernel JIT per batch shape) stay out of the measurement.
     for warm in warmup_workloads(budget, int(resolved.get("max_running_requests") or 256), context):
         run(run_trace(engine, warm.trace(), spec.vocab_size, warm.name, incremental=incremental))
+    if args.gc == "frozen":  # as SGLang's Engine.freeze_gc advises after a warm-up: this process, scheduler, detokenizer
+        freeze_heap()
+        engine.freeze_gc()
     page = int(resolved.get("page_size") or 1)
     for w in (Workload.from_yaml(p) for p in args.workload):
         _flush(engine)
@@ -196,7 +204,8 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
             "server_arg_overrides": parse_assignments(args.server_arg), "usage_context": None,
             "resolved": resolved, "server_args": {k: v for k, v in info.items() if k != "internal_states"},
             "workload": w.name, "workload_hash": w.content_hash, "workload_spec": w.to_dict(),
-            "sglang_version": version, "startup_s": startup, "wall_s": time.perf_counter() - t_w, "counters": c,
+            "sglang_version": version, "gc": args.gc, "startup_s": startup, "wall_s": time.perf_counter() - t_w,
+            "counters": c,
             "telemetry": tel.to_dict(), "hardware": args.hardware, "host": host,
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "requests": {"arrival_s": timings.arrival.round(6).tolist(),
@@ -264,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slo-from-workload", action="store_true")
     p.add_argument("--weights", help="a folder of *.safetensors to load instead of dummy weights")
     p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
+    add_gc_option(p)
     return _start(p.parse_args(argv))
 
 

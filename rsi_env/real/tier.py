@@ -38,6 +38,7 @@ from rsi_env.engine.sglang_config import SglangConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import InvalidConfigError, PolicyError
+from rsi_env.real.gc_pauses import GC_MODES
 from rsi_env.real.policy_keys import write_policy_keys
 from rsi_env.store.record import REAL_EXTRAS
 
@@ -166,17 +167,22 @@ class RealTier:
 
     def __init__(self, *, timeout_s: float = 900.0, python: str | None = None, record_tokens: int = 0,
                  env: dict[str, str] | None = None, usage_context: str = "server",
-                 engine_args: dict[str, Any] | None = None, profile: bool = True, engine: str = "vllm") -> None:
+                 engine_args: dict[str, Any] | None = None, profile: bool = True, engine: str = "vllm",
+                 gc: str = "live") -> None:
         """``engine``: ``"vllm"`` (configs are `EngineConfig`) or ``"sglang"`` (`SglangConfig`; its driver is
         `rsi_env.real.sglang_driver`). ``engine_args``: the engine's own arguments outside the config's vocabulary
         that the driver passes through (vLLM ``EngineArgs``: ``num_gpu_blocks_override``, a fixed KV-cache size, to
         force preemption in tests; SGLang ``ServerArgs``: ``attention_backend``, ``sampling_backend``, ...).
         ``profile``: replay each workload with the profiler on for its `Telemetry.profile` (False: left empty;
-        the SGLang driver never profiles). ``usage_context`` is vLLM's only."""
+        the SGLang driver never profiles). ``usage_context`` is vLLM's only. ``gc``: the driver's ``--gc``
+        (`rsi_env.real.gc_pauses`): ``"live"`` or ``"frozen"`` (the processes' heaps frozen after the warm-up)."""
         if engine not in DRIVERS:
             raise InvalidConfigError("engine", engine, f"one of {sorted(DRIVERS)}",
                                      f"the real tier runs no engine named {engine!r}")
+        if gc not in GC_MODES:
+            raise InvalidConfigError("gc", gc, f"one of {list(GC_MODES)}", "the drivers' garbage-collector modes")
         self.engine = engine
+        self.gc = gc
         self.timeout_s = timeout_s
         self.profile = profile
         self.engine_args = dict(engine_args or {})
@@ -246,7 +252,7 @@ class RealTier:
             (t / "model.json").write_text(json.dumps(spec.to_hf_config()))
             cmd = [self.python, "-m", DRIVERS[self.engine], "--model", str(t / "model.json"),
                    "--out", str(t / "out.jsonl"), "--hardware", hw.name, "--slo-from-workload",
-                   "--record-tokens", str(self.record_tokens)]
+                   "--record-tokens", str(self.record_tokens), "--gc", self.gc]
             cmd += self._engine_options(cfg)
             if policy_keys is not None:
                 write_policy_keys(t / "policy_keys.json", policy_keys)

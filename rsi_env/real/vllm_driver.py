@@ -7,7 +7,9 @@ writes the model's ``config.json`` to a temporary folder, starts vLLM's ``AsyncL
 checkpoint instead), warms it up (`rsi_env.real.warmup`: every step size up to the token budget, so no
 kernel compiles mid-measurement), sends each workload's exact token ids on its arrival schedule, streams the
 outputs to time TTFT/TPOT/latency per request, and reads vLLM's own Prometheus counters
-(preemptions, prefix-cache queries and hits, KV-cache usage, tokens per step). One JSON line per
+(preemptions, prefix-cache queries and hits, KV-cache usage, tokens per step) and its own process's
+garbage-collector pauses (``driver_gc``: `rsi_env.real.gc_pauses`; the output processor runs here; ``--gc frozen``
+freezes this process's heap after the warm-up). One JSON line per
 workload goes to ``--out``, with every request's arrival, first-token and finish times (``requests``)
 and the engine's per-step trace (``steps``: `rsi_env.real.step_trace`). The telemetry's ``profile`` comes from a
 replay of each workload with vLLM's torch profiler on, after every workload was measured
@@ -40,6 +42,7 @@ from rsi_env.engine.model import load_model
 from rsi_env.engine.telemetry import RequestTimings, summarize
 from rsi_env.engine.workload import SLO, Trace, Workload
 from rsi_env.real.driver_inputs import model_folder, parse_assignments
+from rsi_env.real.gc_pauses import GcPauses, add_gc_option, freeze_heap
 from rsi_env.real.host import CpuShares, cpu_probe_ms, gpu_names, host_info, wrong_hardware
 from rsi_env.real.policy_keys import ASYNC_SCHEDULER_CLS, KEYS_ENV, SCHEDULER_CLS, read_policy_keys, request_id
 from rsi_env.real.profile_replay import profile_run, profiler_config
@@ -126,7 +129,8 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str, record: in
     t0 = time.perf_counter()
     shares = CpuShares()  # the host's CPU time through the workload, on the requests' and steps' clock
     sampler_task = asyncio.create_task(sampler())
-    await run_schedule(trace, one, t0)
+    with GcPauses() as pauses:  # vLLM's output processor runs in this process: its collections stall the stream
+        await run_schedule(trace, one, t0)
     done.set()
     await sampler_task
     shares.sample(time.perf_counter() - t0)
@@ -146,6 +150,7 @@ async def _run_trace(engine: Any, trace: Trace, vocab: int, tag: str, record: in
         "step_tokens": diff.get("vllm:iteration_tokens_total:sum", 0.0),
         "output_token_ids": {str(i): t for i, t in tokens.items()},
         "host_cpu": shares.summary(),
+        "driver_gc": pauses.summary(t0),
     }
     if steps is not None:  # times from the workload's start, as the requests' times
         counters["steps"] = steps.since(first_step, t_origin=t0 - steps.t0)
@@ -245,6 +250,8 @@ async def _main_async(args: argparse.Namespace) -> int:
         for warm in warmup_workloads(int(resolved["max_num_batched_tokens"]), int(resolved["max_num_seqs"]),
                                      int(resolved["max_model_len"])):
             await _run_trace(engine, warm.trace(), spec.vocab_size, warm.name, min_tokens=args.min_tokens)
+        if args.gc == "frozen":  # the front end's heap; vLLM's engine core froze its own after starting
+            freeze_heap()
         measured = []
         for w in workloads:
             await engine.reset_prefix_cache()
@@ -269,7 +276,8 @@ async def _main_async(args: argparse.Namespace) -> int:
             row = {
                 "model": args.model, "flags": flags, "usage_context": args.usage_context,
                 "resolved": resolved, "workload": w.name, "workload_hash": w.content_hash,
-                "workload_spec": w.to_dict(), "vllm_version": vllm.__version__, "startup_s": startup,
+                "workload_spec": w.to_dict(), "vllm_version": vllm.__version__, "gc": args.gc,
+                "startup_s": startup,
                 "wall_s": time.perf_counter() - t_w, "counters": c, "telemetry": tel.to_dict(),
                 "hardware": args.hardware, "host": host, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "requests": {"arrival_s": timings.arrival.round(6).tolist(),
@@ -337,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip the profiled replay of each workload (the telemetry's profile stays empty)")
     p.add_argument("--profile-deadline-s", type=float, default=None, metavar="S",
                    help="no profiling replay starts, and an open one stops, S seconds after the driver started")
+    add_gc_option(p)
     p.add_argument("--no-min-tokens", dest="min_tokens", action="store_false",
                    help="ask each request's exact length with ignore_eos and max_tokens only, not min_tokens too")
     args = p.parse_args(argv)

@@ -35,8 +35,9 @@ __all__ = ["REAL_EXTRAS", "config_key", "current_source", "default_store", "hard
            "record_episode", "record_measurements", "recording", "warn_once", "workload_stats"]
 
 # What a real measurement keeps beside its telemetry (the ``extra`` column): its engine's start-up, its own wall
-# time, vLLM's counters, the usage context and the machine it ran on (`rsi_env.real.host`).
-REAL_EXTRAS = ("startup_s", "wall_s", "counters", "usage_context", "host")
+# time, the engine's counters, the usage context, the machine it ran on (`rsi_env.real.host`) and the driver's
+# garbage-collector mode (`rsi_env.real.gc_pauses`; rows from before it have none: live).
+REAL_EXTRAS = ("startup_s", "wall_s", "counters", "usage_context", "host", "gc")
 
 _SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsi_env_store_source", default=None)
 _EPISODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsi_env_store_episode", default=None)

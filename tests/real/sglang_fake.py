@@ -7,9 +7,10 @@ returning an async iterator of ``{"output_ids": [...so far], "meta_info": {...}}
 cumulative ``completion_tokens``, ``prompt_tokens``, ``cached_tokens``, ``num_retractions`` and, on the last chunk
 only, ``finish_reason`` (``{"type": "length", ...}``, or ``{"type": "abort", "message": ...}``); ``flush_cache()``
 that refuses once while requests are pending; ``get_server_info()`` with the server args, the scheduler's sizes and
-``internal_states``; one "Prefill batch, ..." line on fd 2 per request, as SGLang's scheduler logs each prefill
-pass (one request a pass here). With ``incremental_streaming_output`` a chunk's ``output_ids`` are its new tokens
-only, else all so far. Its prefix cache is the longest prefix shared with any earlier prompt since the last flush.
+``internal_states``; ``freeze_gc()``; one "Prefill batch, ..." line on fd 2 per request, as SGLang's scheduler
+logs each prefill pass (one request a pass here). With ``incremental_streaming_output`` a chunk's ``output_ids`` are
+its new tokens only, else all so far. Its prefix cache is the longest prefix shared with any earlier prompt since
+the last flush.
 
 `install` writes a package named ``sglang`` that re-exports these, so a driver process started with it on its
 ``PYTHONPATH`` imports them as SGLang.
@@ -28,6 +29,7 @@ __all__ = ["Engine", "FakeEngine", "ServerArgs", "install"]
 
 VERSION = "0.5.17+fake"
 KV_TOKENS = 50_000
+ENGINES: list[FakeEngine] = []  # every engine started in this process, for the tests to read
 
 
 @dataclasses.dataclass
@@ -80,6 +82,8 @@ class FakeEngine:
         self.flushes = 0
         self.refused_flushes = 0
         self.shut_down = False
+        self.frozen_after: list[int] = []  # requests received before each freeze_gc
+        ENGINES.append(self)
 
     def _cached(self, ids: list[int]) -> int:
         best = 0
@@ -149,6 +153,11 @@ class FakeEngine:
                 "internal_states": [{"effective_max_running_requests_per_dp": sa["max_running_requests"] or 48,
                                      "memory_usage": {"weight": 0.1, "kvcache": 0.2}}],
                 "version": VERSION}
+
+    def freeze_gc(self) -> None:
+        """SGLang's ``Engine.freeze_gc`` freezes the heaps of its three processes; the stand-in only counts the
+        requests it had by then (freezing here would freeze the test process's)."""
+        self.frozen_after.append(len(self.calls))
 
     def shutdown(self) -> None:
         self.shut_down = True

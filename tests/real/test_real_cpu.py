@@ -36,7 +36,7 @@ def _left_over(tier: RealTier) -> list[int]:
 
 @pytest.fixture(scope="module")
 def measured():
-    tier = RealTier(timeout_s=600, record_tokens=2)
+    tier = RealTier(timeout_s=600, record_tokens=2, gc="frozen")  # the driver's heap frozen after the warm-up
     tels = tier.measure_all(FLAGS, "tiny-llama", "cpu", WORKLOADS)
     return tier, tels
 
@@ -57,6 +57,11 @@ def test_real_telemetry_from_one_engine_start(measured):
     cpu = row["counters"]["host_cpu"]  # the host's CPU time through the workload, on the steps' clock
     assert 0 < cpu["busy_frac"] <= 1 and 0 <= cpu["steal_frac"] < 1
     assert len(cpu["t"]) == len(cpu["busy"]) == len(cpu["steal"]) >= 1 and cpu["t"] == sorted(cpu["t"])
+    for r in tier.last_rows:  # the driver's collections while its output processor streamed (few on 16 requests)
+        pauses = r["counters"]["driver_gc"]
+        assert r["gc"] == "frozen" and pauses["frozen_objects"] > 10_000  # torch and vLLM's objects, never scanned
+        assert set(pauses) == {"frozen_objects", "generations", "listed", "total_s"}
+        assert pauses["total_s"] == pytest.approx(sum(g["total_s"] for g in pauses["generations"].values()), abs=1e-5)
     assert not _left_over(tier)
 
 

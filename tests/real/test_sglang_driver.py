@@ -188,6 +188,29 @@ def test_the_driver_writes_one_row_per_workload_with_the_telemetry_and_what_sgla
     assert rows[0]["telemetry"]["prefix_cache_hit_rate"] == 0.0 < rows[1]["telemetry"]["prefix_cache_hit_rate"]
 
 
+@pytest.mark.parametrize("mode", ["frozen", "live"])
+def test_the_heaps_are_frozen_after_the_warm_up_when_asked(tmp_path, fake_sglang, monkeypatch, mode):
+    """Frozen: this process's heap, then SGLang's processes' (``Engine.freeze_gc``), once, after every warm-up
+    request and before the first measured one; live (the default): neither. Each row says which, with its pauses."""
+    monkeypatch.setattr(sglang_driver, "read_metrics", _gauges)
+    order: list[str] = []
+    monkeypatch.setattr(sglang_driver, "freeze_heap", lambda: order.append("heap") or 0)
+    (tmp_path / "burst.yaml").write_text(json.dumps(BURST.to_dict()))
+    out = tmp_path / "out.jsonl"
+    argv = ["--model", "tiny-llama", "--out", str(out), "--hardware", "h200", "--workload", str(tmp_path / "burst.yaml")]
+    started = len(sglang_fake.ENGINES)
+    assert sglang_driver.main(argv + (["--gc", "frozen"] if mode == "frozen" else [])) == 0
+    engine = sglang_fake.ENGINES[started]
+    warm = [i for i, c in enumerate(engine.calls) if not str(c["rid"]).startswith("burst-")]
+    assert warm and warm == list(range(len(warm))) and len(engine.calls) == len(warm) + BURST.requests
+    assert (order, engine.frozen_after) == ((["heap"], [len(warm)]) if mode == "frozen" else ([], []))
+    row = json.loads(out.read_text())
+    gc_row = row["counters"]["driver_gc"]
+    assert row["gc"] == mode and set(gc_row) == {"frozen_objects", "generations", "listed", "total_s"}
+    assert all(g in {"0", "1", "2"} and v["collections"] >= 1 and 0 <= v["max_s"] <= v["total_s"]
+               for g, v in gc_row["generations"].items())
+
+
 def test_the_driver_refuses_a_bad_flag_before_starting_sglang(tmp_path, capsys):
     rc = sglang_driver.main(["--model", "tiny-llama", "--out", str(tmp_path / "o"), "--workload", "x.yaml",
                              "--set", "schedule_policy=priority"])
@@ -271,6 +294,8 @@ def test_the_engine_choice_and_its_errors(monkeypatch):
         t.measure_all({"max_num_seqs": 8}, "tiny-llama", "h200", [BURST])
     with pytest.raises(PolicyError):
         t.scheduled({})
+    with pytest.raises(InvalidConfigError, match="garbage-collector modes"):
+        RealTier(engine="sglang", gc="off")
 
 
 def _fake_python(path: Path, body: str) -> str:
@@ -293,11 +318,13 @@ def test_the_sglang_tier_runs_its_driver_with_the_config_and_reads_its_refusal(t
     assert sets == ["schedule_policy=\"lpm\"", "page_size=16"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--server-arg"] == ['attention_backend="triton"']
     assert "--usage-context" not in argv and "--no-profile" not in argv and "--profile-deadline-s" not in argv
+    assert argv[argv.index("--gc") + 1] == "live"
 
 
 def test_the_sglang_tier_end_to_end_through_a_driver_process(tmp_path, fake_sglang):
-    """RealTier -> `python -m rsi_env.real.sglang_driver` (a real process) -> the fake SGLang -> rows -> Telemetry."""
-    t = RealTier(engine="sglang", engine_args={"attention_backend": "triton"}, timeout_s=120,
+    """RealTier -> `python -m rsi_env.real.sglang_driver` (a real process) -> the fake SGLang -> rows -> Telemetry;
+    the driver's heap frozen after the warm-up, its pauses through each workload in the row."""
+    t = RealTier(engine="sglang", engine_args={"attention_backend": "triton"}, timeout_s=120, gc="frozen",
                  env={"PYTHONPATH": str(fake_sglang), "FAKE_SGLANG_KWARGS": str(tmp_path / "kwargs.json")})
     t.engine_version = f"sglang-{sglang_fake.VERSION}"
     tels = t.measure_all(SglangConfig(chunked_prefill_size=512, max_running_requests=4), "tiny-llama", "h200",
@@ -310,6 +337,7 @@ def test_the_sglang_tier_end_to_end_through_a_driver_process(tmp_path, fake_sgla
                           tels)
     assert rec is not None and rec["resolved"][0]["max_running_requests"] == 4
     assert rec["extras"][1]["counters"]["prefix_cache_hits"] > 0 and len(rec["gpu_seconds"]) == 2
+    assert all(x["gc"] == "frozen" and x["counters"]["driver_gc"]["frozen_objects"] > 1000 for x in rec["extras"])
 
 
 def test_a_failed_workload_leaves_no_task_on_the_engines_loop():
