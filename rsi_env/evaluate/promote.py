@@ -109,7 +109,8 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, hardwar
              stop: threading.Event) -> None:
     env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if any(gpus) else {}
     kind = get_engine(doc.get("engine", "vllm"))
-    tier = RealTier(timeout_s=timeout_s, record_tokens=plan.promote.record_tokens, env=env, engine=kind.name)
+    tier = RealTier(timeout_s=timeout_s, record_tokens=plan.promote.record_tokens, env=env, engine=kind.name,
+                    gc=plan.promote.gc)
     running[entry["name"]] = tier
     workloads = [Workload.from_dict(w) for w in doc["workloads"]]
     # A scheduling policy's keys (computed on sim by the search stage) order vLLM's scheduler; such a run is not
@@ -137,6 +138,9 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, hardwar
         "output_token_ids": {w: (r["counters"].get("output_token_ids") or {}) for w, r in rows.items()},
         "steps": {w: r["steps"] for w, r in rows.items() if "steps" in r},  # the engine's step trace, per workload
         "passes": {w: r["passes"] for w, r in rows.items() if r.get("passes")},  # SGLang's logged passes
+        "gc": plan.promote.gc,  # the driver's collector, its pauses and each request's times (where one falls)
+        "driver_gc": {w: r["counters"].get("driver_gc") for w, r in rows.items()},
+        "requests": {w: r.get("requests") for w, r in rows.items()},
         "error": next((t.error for t in tels if t.error), None),
     }
     if stop.is_set():  # interrupted: the run was killed, not measured

@@ -34,8 +34,8 @@ class FakeRealTier:
     refuse: dict[str, Any] | None = None  # flags a configuration must set to be refused (as vLLM would)
 
     def __init__(self, *, timeout_s: float = 900.0, record_tokens: int = 0, env: dict[str, str] | None = None,
-                 **_: Any) -> None:
-        self.timeout_s, self.record_tokens, self.env = timeout_s, record_tokens, dict(env or {})
+                 gc: str = "live", **_: Any) -> None:
+        self.timeout_s, self.record_tokens, self.env, self.gc = timeout_s, record_tokens, dict(env or {}), gc
         self.engine_version = "fake-0.26"
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None
@@ -70,7 +70,8 @@ class FakeRealTier:
             FakeRealTier.running += 1
             FakeRealTier.max_running = max(FakeRealTier.max_running, FakeRealTier.running)
             FakeRealTier.calls.append({"flags": cfg.to_dict(only_set=True), "env": dict(self.env),
-                                       "timeout_s": self.timeout_s, "hardware": load_hardware(hardware).name})
+                                       "timeout_s": self.timeout_s, "hardware": load_hardware(hardware).name,
+                                       "gc": self.gc})
         try:
             time.sleep(self.sleep_s)
             flags = cfg.to_dict(only_set=True)

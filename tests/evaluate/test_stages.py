@@ -68,6 +68,16 @@ def test_promote_runs_on_two_gpus_in_parallel_and_appends(searched):
     assert len(run_promote(plan, gpus=["0", "1"])) == 6 and FakeRealTier.calls == []
 
 
+def test_promote_runs_the_drivers_with_the_plans_collector_mode(searched):
+    plan, _ = searched
+    assert plan.promote.gc == "live"  # the default, as every row measured before the mode existed
+    frozen = dataclasses.replace(plan, promote=dataclasses.replace(plan.promote, gc="frozen"))
+    rows = run_promote(frozen, only=["defaults", "c1"])
+    assert [c["gc"] for c in FakeRealTier.calls] == ["frozen", "frozen"]
+    assert all(r["gc"] == "frozen" and set(r["driver_gc"]) == set(r["requests"]) == set(r["workloads"])
+               for r in rows)
+
+
 def test_promote_keeps_to_the_deadline(searched):
     plan, _ = searched
     rows = run_promote(plan, deadline_s=0.0)
@@ -185,7 +195,8 @@ def test_bad_plans_are_named(tmp_path):
     for raw, msg in [({**PLAN, "candidates": "c", "out": "o", "colour": 1}, "unknown keys"),
                      ({**PLAN, "candidates": "c", "out": "o", "env_kwargs": {"tier": "real"}}, "may not set tier"),
                      ({**PLAN, "out": "o"}, "missing keys"),
-                     ({**PLAN, "candidates": "c", "out": "o", "promote": {"probes": [{"flags": {}}]}}, "each probe")]:
+                     ({**PLAN, "candidates": "c", "out": "o", "promote": {"probes": [{"flags": {}}]}}, "each probe"),
+                     ({**PLAN, "candidates": "c", "out": "o", "promote": {"gc": "off"}}, r"promote.gc is one of")]:
         bad.write_text(yaml.safe_dump(raw))
         with pytest.raises(RsiEnvError, match=msg):
             load_plan(bad)
