@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Lease 8's measurement for issue 32 (research/plans/sglang_lease8.md), run on the device after
+# SGLang leases 8 and 9 for issue 32 (research/plans/sglang_lease8.md, sglang_lease9.md), run on the device after
 # `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the device returns no more).
 #
-#   bash tools/gpu/sglang_lease8.sh SECONDS STEP...
+#   bash tools/gpu/sglang_lease9.sh SECONDS STEP...
 #
 # SECONDS: what this call may still spend. STEP, in the order given, each one engine start, only while 110 s are left:
 #   h4 h5 h6 h7   held-out configurations on Batching-v0's two workloads (closed loop, 256 users) -> rows.jsonl
 #   passes        the defaults on many_small logging every decode pass (decode_log_interval 1) -> rows.jsonl
+#   MODE:NAME     the configuration NAME (defaults, c1, c2, ...) of PLAN's candidates on both workloads, the driver's
+#                 garbage collector MODE (live or frozen: `rsi_env.real.gc_pauses`) -> rows.jsonl
+#   passes-frozen the passes step with the collector frozen -> rows.jsonl
 #   rN            repeat N of the plan PLAN (env, default batching_sglang_h100_b): its defaults, c1 and c2 promoted
 #                 -> rN/real.jsonl
 # Every start's log is appended to logs.txt under a header line; progress.txt says what ran and when.
@@ -20,15 +23,18 @@ name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$name" in
   *H200*) card=h200 ;;
   *H100*) card=h100-sxm ;;
-  *) echo "sglang_lease8: unknown card: $name" >&2; exit 2 ;;
+  *) echo "sglang_lease9: unknown card: $name" >&2; exit 2 ;;
 esac
 echo "card: $name -> $card" >> "$out/progress.txt"
 work=$(mktemp -d)
-python3 - "$work" <<'PY'
+python3 - "$work" "configs/eval/$plan.candidates.json" <<'PY'
 import json, sys, yaml
-doc = json.load(open("configs/eval/batching_sglang_h100.candidates.json"))
+doc = json.load(open(sys.argv[2]))
 for w in doc["workloads"]:
     open(f"{sys.argv[1]}/{w['name']}.yaml", "w").write(yaml.safe_dump(w))
+for c in [doc["defaults"], *doc["candidates"]]:  # one --set line per flag, for MODE:NAME
+    open(f"{sys.argv[1]}/{c['name']}.sets", "w").write("".join(f"--set\n{k}={json.dumps(v)}\n"
+                                                               for k, v in c["flags"].items()))
 PY
 left() { echo $((budget - (SECONDS - start))); }
 log() { echo "$1: $2 at $((SECONDS - start)) s" >> "$out/progress.txt"; }
@@ -48,6 +54,12 @@ for step in "$@"; do
     h6) drive h6 "${both[@]}" --set chunked_prefill_size=2048 --set max_prefill_tokens=4096 ;;
     h7) drive h7 "${both[@]}" --set page_size=16 --set schedule_policy=lpm ;;
     passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 ;;
+    passes-frozen) drive "$step" --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc frozen ;;
+    live:*|frozen:*)
+      cfg=${step#*:}
+      if [ ! -f "$work/$cfg.sets" ]; then log "$step" "no configuration $cfg in $plan"; continue; fi
+      mapfile -t sets < "$work/$cfg.sets"
+      drive "$step" "${both[@]}" "${sets[@]}" --gc "${step%%:*}" ;;
     r[0-9]*)
       if [ "$(left)" -lt 260 ]; then log "$step" "skipped ($(left) s left)"; continue; fi
       echo "===== $step" >> "$out/logs.txt"
