@@ -5,7 +5,9 @@
 The driver samples SGLang's gauges and the host's CPU every 50 ms from its event loop (`rsi_env.real.host.CpuShares`
 stamps each sample); a gap between two stamps far past 50 ms is a pause of the whole process, the one that runs
 SGLang's tokenizer manager beside the client. Per row: the longest gap and where it fell, the time lost to gaps past
-100 ms, and the sim's output throughput over the real one (shipped calibration). Where the row logged every decode
+100 ms, and the sim's output throughput over the real one (shipped calibration), on the whole run and over a steady
+stretch clear of the pause (`steady_window`; tokens placed by each request's first token and finish). Where the row
+logged every decode
 pass (``decode_log_interval`` 1), SGLang's own counts show what the scheduler did meanwhile: the running requests at
 the decode passes around the pause, and the decode tokens per second over stretches of one second or more where it
 held every user, beside the sim's over its own such stretches (`passes.sim_passes`).
@@ -28,6 +30,28 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = [ROOT / "data/sglang/0.5.17-h100/lease8/passes.jsonl", ROOT / "data/sglang/0.5.17-h100/lease8/heldout.jsonl",
            ROOT / "research/sglang_fit/rows/lease5-many_small.jsonl"]
 TICK_S = 0.05
+
+
+def token_rate(first: np.ndarray, finish: np.ndarray, out_len: np.ndarray, lo: float, hi: float) -> float:
+    """Output tokens per second made in [lo, hi): each request's first token at its time, the rest spread evenly
+    from its first token to its finish."""
+    made = 0.0
+    for f, e, k in zip(first, finish, out_len, strict=True):
+        made += float(lo <= f < hi)
+        if k > 1 and e > f:
+            made += (k - 1) * max(min(e, hi) - max(f, lo), 0.0) / (e - f)
+    return made / (hi - lo)
+
+
+def steady_window(row: dict[str, Any], pause: tuple[float, float, float]) -> tuple[float, float]:
+    """From 1 s (past the first wave) to the longest pause's start, or to 75 % of the run where that pause is under
+    0.15 s; past the pause where it came before 1.5 s."""
+    end = 0.75 * max(row["requests"]["finish_s"])
+    if pause[0] <= 0.15:
+        return 1.0, end
+    if pause[1] >= 1.5:
+        return 1.0, pause[1]
+    return pause[1] + pause[0] + 0.5, end
 
 
 def sampler_gaps(row: dict[str, Any]) -> tuple[float, float, float] | None:
@@ -90,6 +114,17 @@ def main() -> None:
                   f"lost to pauses > {2 * TICK_S:.1f} s: {gaps[2]:.3f} s; "
                   f"out tok/s sim {sim.out_tok_per_s:,.0f} / real {real['out_tok_per_s']:,.0f} "
                   f"({sim.out_tok_per_s / real['out_tok_per_s'] - 1:+.1%})")
+            lo, hi = steady_window(row, gaps)
+            out_len = wl.trace().output_len
+            reqs = simulate_sglang_detailed(row["flags"], row["model"], "h100-sxm", wl, calibration=cal)[2]
+            assert reqs is not None
+            s_first = np.array([r.first_token for r in reqs.reqs])
+            s_finish = np.array([r.finish for r in reqs.reqs])
+            r_rate = token_rate(np.asarray(row["requests"]["first_token_s"]), np.asarray(row["requests"]["finish_s"]),
+                                out_len, lo, hi)
+            s_rate = token_rate(s_first, s_finish, out_len, 1.0, 0.75 * float(np.nanmax(s_finish)))
+            print(f"  steady out tok/s (real [{lo:.2f}, {hi:.2f}) s, sim [1, 75 % of its run)): sim {s_rate:,.0f} / "
+                  f"real {r_rate:,.0f} ({s_rate / r_rate - 1:+.1%})")
             dec = logged_decodes(row)
             if dec is None:
                 continue
