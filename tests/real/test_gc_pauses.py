@@ -51,7 +51,7 @@ def test_the_callback_is_gone_after_the_block_even_when_it_raises():
     assert gc.callbacks == before
 
 
-def test_a_frozen_heap_is_left_out_of_every_later_collection():
+def test_a_frozen_heap_is_left_out_of_every_later_collection(no_automatic_collections):
     try:
         frozen = freeze_heap()
         assert frozen == gc.get_freeze_count() > 1000  # this process's modules, pytest's included
