@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from passes import sim_passes
+from passes import real_passes, sim_passes
 
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.sglang.simulate import sglang_calibration, simulate_sglang_detailed
@@ -67,13 +67,12 @@ def sampler_gaps(row: dict[str, Any]) -> tuple[float, float, float] | None:
 
 def logged_decodes(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
     """The decode passes' (time on the driver's clock, running requests) where every one was logged, else None."""
-    got = row.get("passes") or {}
-    cols = got.get("lines")
-    if got.get("decode_log_interval") != 1 or not isinstance(cols, dict) or not cols.get("t"):
+    lines = real_passes([row], row["flags"], row["workload"])
+    if not lines:
         return None
-    t = np.asarray(cols["t"], dtype=float)
-    dec = np.asarray([k == "decode" for k in cols["kind"]])
-    return t[dec] - t[0], np.asarray(cols["running"], dtype=float)[dec]
+    dec = [p for p in lines if p["kind"] == "decode"]
+    return (np.asarray([p["t"] for p in dec], dtype=float) - lines[0]["t"],
+            np.asarray([p["running"] for p in dec], dtype=float))
 
 
 def full_rate(t: np.ndarray, running: np.ndarray, users: int) -> tuple[float, float]:
@@ -107,7 +106,7 @@ def main() -> None:
             if gaps is None or (spec.get("arrival") or {}).get("process") != "closed":
                 continue
             wl = Workload.from_dict(spec)
-            sim = simulate_sglang_detailed(row["flags"], row["model"], "h100-sxm", wl, calibration=cal)[0]
+            sim, _, reqs = simulate_sglang_detailed(row["flags"], row["model"], "h100-sxm", wl, calibration=cal)
             real = row["telemetry"]
             print(f"{path.parent.name}/{path.name} {row['workload']} {json.dumps(row['flags'])}")
             print(f"  longest pause {gaps[0]:.3f} s at {gaps[1]:.2f} s of {real['duration_s']:.2f} s; "
@@ -116,7 +115,6 @@ def main() -> None:
                   f"({sim.out_tok_per_s / real['out_tok_per_s'] - 1:+.1%})")
             lo, hi = steady_window(row, gaps)
             out_len = wl.trace().output_len
-            reqs = simulate_sglang_detailed(row["flags"], row["model"], "h100-sxm", wl, calibration=cal)[2]
             assert reqs is not None
             s_first = np.array([r.first_token for r in reqs.reqs])
             s_finish = np.array([r.finish for r in reqs.reqs])
