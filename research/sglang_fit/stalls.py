@@ -10,7 +10,8 @@ stretch clear of the pause (`steady_window`; tokens placed by each request's fir
 logged every decode
 pass (``decode_log_interval`` 1), SGLang's own counts show what the scheduler did meanwhile: the running requests at
 the decode passes around the pause, and the decode tokens per second over stretches of one second or more where it
-held every user, beside the sim's over its own such stretches (`passes.sim_passes`).
+held every user, beside the sim's over its own such stretches (`passes.sim_passes`). Where the row has the driver's
+own collections (`counters.driver_gc`), the generation-2 ones and any starting within 0.1 s of the longest gap.
 """
 
 from __future__ import annotations
@@ -113,6 +114,12 @@ def main() -> None:
                   f"lost to pauses > {2 * TICK_S:.1f} s: {gaps[2]:.3f} s; "
                   f"out tok/s sim {sim.out_tok_per_s:,.0f} / real {real['out_tok_per_s']:,.0f} "
                   f"({sim.out_tok_per_s / real['out_tok_per_s'] - 1:+.1%})")
+            gcs = (row.get("counters") or {}).get("driver_gc")
+            if gcs is not None:
+                full = [(t, s) for g, t, s in gcs["listed"] if g == 2]
+                at = [s for t, s in full if abs(t - gaps[1]) <= 0.1]
+                print(f"  driver gc {row.get('gc', 'live')}: {gcs['frozen_objects']:,} frozen; generation-2 "
+                      f"collections >= 5 ms (start s, length s): {full}; at the longest pause: {at}")
             lo, hi = steady_window(row, gaps)
             out_len = wl.trace().output_len
             assert reqs is not None
