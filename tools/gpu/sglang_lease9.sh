@@ -12,6 +12,8 @@
 #   passes-frozen the passes step with the collector frozen -> rows.jsonl
 #   rN            repeat N of the plan PLAN (env, default batching_sglang_h100_b): its defaults, c1 and c2 promoted
 #                 -> rN/real.jsonl
+# SERVER_ARGS (env): SGLang server arguments added to every start, e.g. "attention_backend=triton
+# sampling_backend=pytorch" where the FlashAttention-3 pieces were not carried (rows not comparable with fa3's).
 # Every start's log is appended to logs.txt under a header line; progress.txt says what ran and when.
 set -u
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"  # rsi_env from this tree, in every process promote starts
@@ -36,6 +38,9 @@ for c in [doc["defaults"], *doc["candidates"]]:  # one --set line per flag, for 
     open(f"{sys.argv[1]}/{c['name']}.sets", "w").write("".join(f"--set\n{k}={json.dumps(v)}\n"
                                                                for k, v in c["flags"].items()))
 PY
+extra=()
+for a in ${SERVER_ARGS:-}; do extra+=(--server-arg "$a"); done
+echo "server args: ${SERVER_ARGS:-none}" >> "$out/progress.txt"
 left() { echo $((budget - (SECONDS - start))); }
 log() { echo "$1: $2 at $((SECONDS - start)) s" >> "$out/progress.txt"; }
 drive() {  # $1: a label; the rest: driver arguments
@@ -43,7 +48,7 @@ drive() {  # $1: a label; the rest: driver arguments
   if [ "$(left)" -lt 110 ]; then log "$label" "skipped ($(left) s left)"; return; fi
   echo "===== $label" >> "$out/logs.txt"
   timeout $(( $(left) - 5 )) python3 -m rsi_env.real.sglang_driver --model llama-3.1-8b --hardware "$card" \
-    --slo-from-workload --out "$out/rows.jsonl" "$@" >> "$out/logs.txt" 2>&1
+    --slo-from-workload --out "$out/rows.jsonl" "${extra[@]}" "$@" >> "$out/logs.txt" 2>&1
   log "$label" "exit $?"
 }
 both=(--workload "$work/short_long.yaml" --workload "$work/many_small.yaml")
