@@ -14,7 +14,8 @@ promote:
   deadline_s: 480               # the whole promote stage
   startup_s: 75                 # an engine start, for the time estimate of each configuration
   min_agreement: 0.9            # output guard: share of sampled requests whose greedy tokens match the defaults'
-  gc: live                      # the real drivers' --gc: live, or frozen (their heaps frozen after the warm-up)
+  gc: frozen                    # the real drivers' --gc: live, or frozen (their heaps frozen after the warm-up);
+                                # left out: the engine's default (SGLang frozen, vLLM live: rsi_env.real.gc_pauses)
   probes: [{name: kv_fp8, flags: {kv_cache_dtype: fp8}}]   # measured last, outside the fidelity numbers:
                                 # (a probe may instead or also name ``policy: reference``: a scheduling task's
                                 # reference policy, its keys computed on sim and run by the real engine's scheduler)
@@ -58,7 +59,7 @@ class PromoteSpec:
     deadline_s: float = 480.0
     startup_s: float = 75.0
     min_agreement: float = 0.9
-    gc: str = "live"
+    gc: str | None = None
     probes: tuple[dict[str, Any], ...] = ()
 
 
@@ -100,7 +101,7 @@ class EvalPlan:
         kwargs = dict(raw.get("env_kwargs") or {})
         if "tier" in kwargs:
             raise RsiEnvError(f"eval plan {source}: env_kwargs may not set tier (the search is on sim, promote on real)")
-        if promote.gc not in GC_MODES:
+        if promote.gc is not None and promote.gc not in GC_MODES:
             raise RsiEnvError(f"eval plan {source}: promote.gc is one of {list(GC_MODES)}, got {promote.gc!r}")
         if promote.top_k < 1 or search.budget < promote.top_k:
             raise RsiEnvError(f"eval plan {source}: need 1 <= promote.top_k <= search.budget")

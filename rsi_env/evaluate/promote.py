@@ -138,7 +138,7 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, hardwar
         "output_token_ids": {w: (r["counters"].get("output_token_ids") or {}) for w, r in rows.items()},
         "steps": {w: r["steps"] for w, r in rows.items() if "steps" in r},  # the engine's step trace, per workload
         "passes": {w: r["passes"] for w, r in rows.items() if r.get("passes")},  # SGLang's logged passes
-        "gc": plan.promote.gc,  # the driver's collector, its pauses and each request's times (where one falls)
+        "gc": tier.gc,  # the driver's collector, its pauses and each request's times (where one falls)
         "driver_gc": {w: r["counters"].get("driver_gc") for w, r in rows.items()},
         "requests": {w: r.get("requests") for w, r in rows.items()},
         "error": next((t.error for t in tels if t.error), None),

@@ -21,10 +21,15 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-__all__ = ["GC_MODES", "LISTED_S", "GcPauses", "add_gc_option", "freeze_heap"]
+__all__ = ["ENGINE_GC", "GC_MODES", "LISTED_S", "GcPauses", "add_gc_option", "freeze_heap"]
 
 LISTED_S = 0.005  # collections at least this long are listed one by one in the summary; all are counted
 GC_MODES = ("live", "frozen")
+# Each engine's default mode. SGLang's rows are measured frozen: on the H100 every live closed loop made one
+# generation-2 collection of 0.40-0.45 s in the driver, at the samples' longest gap, and the frozen ones none over
+# 8 ms and no gap over 0.11 s (research/plans/sglang_lease9.md's rule). vLLM's H200 calibration was fitted on live
+# rows, so its driver stays live until a vLLM lease measures both.
+ENGINE_GC = {"vllm": "live", "sglang": "frozen"}
 
 
 class GcPauses:
@@ -75,9 +80,9 @@ def freeze_heap() -> int:
     return gc.get_freeze_count()
 
 
-def add_gc_option(parser: ArgumentParser) -> None:
-    """A driver's ``--gc``: ``live`` (the default, as every row measured so far) or ``frozen`` after the warm-up."""
-    parser.add_argument("--gc", choices=GC_MODES, default="live",
+def add_gc_option(parser: ArgumentParser, engine: str) -> None:
+    """A driver's ``--gc``: ``live`` or ``frozen`` after the warm-up; the default is the engine's (`ENGINE_GC`)."""
+    parser.add_argument("--gc", choices=GC_MODES, default=ENGINE_GC[engine],
                         help="live: the processes' garbage collectors as the engine starts them; frozen: after the "
                              "warm-up, their long-lived heaps frozen (this process's, and the engine's own where it "
                              "offers it), so no pass over them stalls the front end mid-workload")

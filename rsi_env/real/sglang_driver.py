@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slo-from-workload", action="store_true")
     p.add_argument("--weights", help="a folder of *.safetensors to load instead of dummy weights")
     p.add_argument("--record-tokens", type=int, default=0, help="keep the output token ids of the first N requests")
-    add_gc_option(p)
+    add_gc_option(p, "sglang")
     return _start(p.parse_args(argv))
 
 

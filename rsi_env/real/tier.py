@@ -38,7 +38,7 @@ from rsi_env.engine.sglang_config import SglangConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import InvalidConfigError, PolicyError
-from rsi_env.real.gc_pauses import GC_MODES
+from rsi_env.real.gc_pauses import ENGINE_GC, GC_MODES
 from rsi_env.real.policy_keys import write_policy_keys
 from rsi_env.store.record import REAL_EXTRAS
 
@@ -168,17 +168,19 @@ class RealTier:
     def __init__(self, *, timeout_s: float = 900.0, python: str | None = None, record_tokens: int = 0,
                  env: dict[str, str] | None = None, usage_context: str = "server",
                  engine_args: dict[str, Any] | None = None, profile: bool = True, engine: str = "vllm",
-                 gc: str = "live") -> None:
+                 gc: str | None = None) -> None:
         """``engine``: ``"vllm"`` (configs are `EngineConfig`) or ``"sglang"`` (`SglangConfig`; its driver is
         `rsi_env.real.sglang_driver`). ``engine_args``: the engine's own arguments outside the config's vocabulary
         that the driver passes through (vLLM ``EngineArgs``: ``num_gpu_blocks_override``, a fixed KV-cache size, to
         force preemption in tests; SGLang ``ServerArgs``: ``attention_backend``, ``sampling_backend``, ...).
         ``profile``: replay each workload with the profiler on for its `Telemetry.profile` (False: left empty;
         the SGLang driver never profiles). ``usage_context`` is vLLM's only. ``gc``: the driver's ``--gc``
-        (`rsi_env.real.gc_pauses`): ``"live"`` or ``"frozen"`` (the processes' heaps frozen after the warm-up)."""
+        (`rsi_env.real.gc_pauses`): ``"live"`` or ``"frozen"`` (the processes' heaps frozen after the warm-up);
+        None: the engine's default (`ENGINE_GC`: SGLang frozen, vLLM live)."""
         if engine not in DRIVERS:
             raise InvalidConfigError("engine", engine, f"one of {sorted(DRIVERS)}",
                                      f"the real tier runs no engine named {engine!r}")
+        gc = ENGINE_GC[engine] if gc is None else gc
         if gc not in GC_MODES:
             raise InvalidConfigError("gc", gc, f"one of {list(GC_MODES)}", "the drivers' garbage-collector modes")
         self.engine = engine

@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip the profiled replay of each workload (the telemetry's profile stays empty)")
     p.add_argument("--profile-deadline-s", type=float, default=None, metavar="S",
                    help="no profiling replay starts, and an open one stops, S seconds after the driver started")
-    add_gc_option(p)
+    add_gc_option(p, "vllm")
     p.add_argument("--no-min-tokens", dest="min_tokens", action="store_false",
                    help="ask each request's exact length with ignore_eos and max_tokens only, not min_tokens too")
     args = p.parse_args(argv)

@@ -70,12 +70,15 @@ def test_promote_runs_on_two_gpus_in_parallel_and_appends(searched):
 
 def test_promote_runs_the_drivers_with_the_plans_collector_mode(searched):
     plan, _ = searched
-    assert plan.promote.gc == "live"  # the default, as every row measured before the mode existed
+    assert plan.promote.gc is None  # the default: the engine's own mode, vLLM's live
+    [row] = run_promote(plan, only=["c2"])
+    assert [c["gc"] for c in FakeRealTier.calls] == ["live"] and row["gc"] == "live"
+    FakeRealTier.reset()
     frozen = dataclasses.replace(plan, promote=dataclasses.replace(plan.promote, gc="frozen"))
     rows = run_promote(frozen, only=["defaults", "c1"])
     assert [c["gc"] for c in FakeRealTier.calls] == ["frozen", "frozen"]
-    assert all(r["gc"] == "frozen" and set(r["driver_gc"]) == set(r["requests"]) == set(r["workloads"])
-               for r in rows)
+    assert {r["name"]: r["gc"] for r in rows} == {"defaults": "frozen", "c1": "frozen", "c2": "live"}  # c2's kept
+    assert all(set(r["driver_gc"]) == set(r["requests"]) == set(r["workloads"]) for r in rows)
 
 
 def test_promote_keeps_to_the_deadline(searched):

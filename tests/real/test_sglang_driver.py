@@ -190,8 +190,8 @@ def test_the_driver_writes_one_row_per_workload_with_the_telemetry_and_what_sgla
 
 @pytest.mark.parametrize("mode", ["frozen", "live"])
 def test_the_heaps_are_frozen_after_the_warm_up_when_asked(tmp_path, fake_sglang, monkeypatch, mode):
-    """Frozen: this process's heap, then SGLang's processes' (``Engine.freeze_gc``), once, after every warm-up
-    request and before the first measured one; live (the default): neither. Each row says which, with its pauses."""
+    """Frozen (SGLang's default): this process's heap, then SGLang's processes' (``Engine.freeze_gc``), once, after
+    every warm-up request and before the first measured one; live: neither. Each row says which, with its pauses."""
     monkeypatch.setattr(sglang_driver, "read_metrics", _gauges)
     order: list[str] = []
     monkeypatch.setattr(sglang_driver, "freeze_heap", lambda: order.append("heap") or 0)
@@ -199,7 +199,7 @@ def test_the_heaps_are_frozen_after_the_warm_up_when_asked(tmp_path, fake_sglang
     out = tmp_path / "out.jsonl"
     argv = ["--model", "tiny-llama", "--out", str(out), "--hardware", "h200", "--workload", str(tmp_path / "burst.yaml")]
     started = len(sglang_fake.ENGINES)
-    assert sglang_driver.main(argv + (["--gc", "frozen"] if mode == "frozen" else [])) == 0
+    assert sglang_driver.main(argv + (["--gc", "live"] if mode == "live" else [])) == 0
     engine = sglang_fake.ENGINES[started]
     warm = [i for i, c in enumerate(engine.calls) if not str(c["rid"]).startswith("burst-")]
     assert warm and warm == list(range(len(warm))) and len(engine.calls) == len(warm) + BURST.requests
@@ -296,6 +296,9 @@ def test_the_engine_choice_and_its_errors(monkeypatch):
         t.scheduled({})
     with pytest.raises(InvalidConfigError, match="garbage-collector modes"):
         RealTier(engine="sglang", gc="off")
+    # Each engine's own collector mode unless one is named: SGLang's rows are measured frozen, vLLM's live.
+    assert (RealTier(engine="sglang").gc, RealTier().gc) == ("frozen", "live")
+    assert (RealTier(engine="sglang", gc="live").gc, RealTier(gc="frozen").gc) == ("live", "frozen")
 
 
 def _fake_python(path: Path, body: str) -> str:
@@ -318,7 +321,7 @@ def test_the_sglang_tier_runs_its_driver_with_the_config_and_reads_its_refusal(t
     assert sets == ["schedule_policy=\"lpm\"", "page_size=16"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--server-arg"] == ['attention_backend="triton"']
     assert "--usage-context" not in argv and "--no-profile" not in argv and "--profile-deadline-s" not in argv
-    assert argv[argv.index("--gc") + 1] == "live"
+    assert argv[argv.index("--gc") + 1] == "frozen"  # SGLang's default
 
 
 def test_the_sglang_tier_end_to_end_through_a_driver_process(tmp_path, fake_sglang):

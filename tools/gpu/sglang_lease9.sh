@@ -58,7 +58,7 @@ for step in "$@"; do
     h5) drive h5 "${both[@]}" --set schedule_conservativeness=0.3 --set cuda_graph_max_bs=160 ;;
     h6) drive h6 "${both[@]}" --set chunked_prefill_size=2048 --set max_prefill_tokens=4096 ;;
     h7) drive h7 "${both[@]}" --set page_size=16 --set schedule_policy=lpm ;;
-    passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 ;;
+    passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc live ;;
     passes-frozen) drive "$step" --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc frozen ;;
     live:*|frozen:*)
       cfg=${step#*:}
