@@ -45,6 +45,7 @@ from rsi_env.engine.tier import Tier
 from rsi_env.engine.workload import Workload
 from rsi_env.errors import RsiEnvError
 from rsi_env.evaluate.plan import EvalPlan, load_plan
+from rsi_env.real.gc_pauses import gc_mode
 from rsi_env.real.tier import RealTier, group_members
 from rsi_env.store.recorded import Recorded
 
@@ -173,6 +174,11 @@ def measured_hardware(doc: dict[str, Any], row: dict[str, Any]) -> str:
     return str(row.get("hardware") or doc["hardware"])
 
 
+def measured_gc(row: dict[str, Any]) -> str:
+    """The driver's collector mode of a real row; rows written before promote recorded it ran live."""
+    return str(row.get("gc") or "live")
+
+
 def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | None = None, fresh: bool = False,
                 only: Sequence[str] = (), hardware: str | None = None) -> list[dict[str, Any]]:
     """Measure the plan's defaults, candidates and probes on real; returns every row in ``<out>/real.jsonl``.
@@ -180,8 +186,9 @@ def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | No
     ``gpus``: ids to pin runs to (none: one run at a time, unpinned); ``deadline_s``: seconds from now
     (the plan's by default); ``fresh``: start the results over; ``only``: these names only; ``hardware``: the
     card to measure on where it is not the one the search priced (the real tier checks it is the card present).
-    A results file holding another card's rows is refused before any engine starts: scores against defaults
-    measured on another card mean nothing.
+    A results file holding another card's rows, or rows measured with the driver's collector in another mode
+    (`rsi_env.real.gc_pauses`), is refused before any engine starts: scores against defaults measured on another
+    card, or with pauses the others did not have, mean nothing.
     """
     doc = load_candidates(plan)
     hw = load_hardware(hardware or doc["hardware"]).name
@@ -194,6 +201,11 @@ def run_promote(plan: EvalPlan, gpus: Sequence[str] = (), deadline_s: float | No
     if other:
         raise RsiEnvError(f"{out} holds rows measured on {', '.join(other)}; this run measures on {hw}: give it "
                           "another --out, or --fresh to start the results over")
+    mode = gc_mode(get_engine(doc.get("engine", "vllm")).name, plan.promote.gc)
+    modes = sorted({measured_gc(r) for r in existing} - {mode})
+    if modes:
+        raise RsiEnvError(f"{out} holds rows measured with the driver's collector {', '.join(modes)}; this run "
+                          f"measures with it {mode}: give it another --out, or --fresh to start the results over")
     done = {r["name"] for r in existing}
     todo = [e for e in [doc["defaults"], *doc["candidates"], *doc.get("probes", [])]
             if e["name"] not in done and (not only or e["name"] in only)]

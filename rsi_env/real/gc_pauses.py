@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-__all__ = ["ENGINE_GC", "GC_MODES", "LISTED_S", "GcPauses", "add_gc_option", "freeze_heap"]
+__all__ = ["ENGINE_GC", "GC_MODES", "LISTED_S", "GcPauses", "add_gc_option", "freeze_heap", "gc_mode"]
 
 LISTED_S = 0.005  # collections at least this long are listed one by one in the summary; all are counted
 GC_MODES = ("live", "frozen")
@@ -30,6 +30,11 @@ GC_MODES = ("live", "frozen")
 # 8 ms and no gap over 0.11 s (research/plans/sglang_lease9.md's rule). vLLM's H200 calibration was fitted on live
 # rows, so its driver stays live until a vLLM lease measures both.
 ENGINE_GC = {"vllm": "live", "sglang": "frozen"}
+
+
+def gc_mode(engine: str, mode: str | None = None) -> str:
+    """The collector mode a driver of ``engine`` runs: ``mode`` where one is named, else the engine's default."""
+    return ENGINE_GC[engine] if mode is None else mode
 
 
 class GcPauses:

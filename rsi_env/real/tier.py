@@ -38,7 +38,7 @@ from rsi_env.engine.sglang_config import SglangConfig
 from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload, load_workload
 from rsi_env.errors import InvalidConfigError, PolicyError
-from rsi_env.real.gc_pauses import ENGINE_GC, GC_MODES
+from rsi_env.real.gc_pauses import GC_MODES, gc_mode
 from rsi_env.real.policy_keys import write_policy_keys
 from rsi_env.store.record import REAL_EXTRAS
 
@@ -180,7 +180,7 @@ class RealTier:
         if engine not in DRIVERS:
             raise InvalidConfigError("engine", engine, f"one of {sorted(DRIVERS)}",
                                      f"the real tier runs no engine named {engine!r}")
-        gc = ENGINE_GC[engine] if gc is None else gc
+        gc = gc_mode(engine, gc)
         if gc not in GC_MODES:
             raise InvalidConfigError("gc", gc, f"one of {list(GC_MODES)}", "the drivers' garbage-collector modes")
         self.engine = engine

@@ -15,7 +15,7 @@ import pytest
 
 from rsi_env.engine import EngineConfig, load_hardware, load_model, load_workload
 from rsi_env.engine.telemetry import Telemetry
-from rsi_env.real.gc_pauses import ENGINE_GC
+from rsi_env.real.gc_pauses import gc_mode
 from rsi_env.sim import simulate
 
 _RATES = ("req_per_s", "out_tok_per_s", "total_tok_per_s", "goodput_req_per_s")
@@ -37,7 +37,7 @@ class FakeRealTier:
     def __init__(self, *, timeout_s: float = 900.0, record_tokens: int = 0, env: dict[str, str] | None = None,
                  gc: str | None = None, engine: str = "vllm", **_: Any) -> None:
         self.timeout_s, self.record_tokens, self.env = timeout_s, record_tokens, dict(env or {})
-        self.gc = ENGINE_GC[engine] if gc is None else gc
+        self.gc = gc_mode(engine, gc)
         self.engine_version = "fake-0.26"
         self.last_rows: list[dict[str, Any]] = []
         self.last_pgid: int | None = None

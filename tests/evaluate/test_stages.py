@@ -75,9 +75,13 @@ def test_promote_runs_the_drivers_with_the_plans_collector_mode(searched):
     assert [c["gc"] for c in FakeRealTier.calls] == ["live"] and row["gc"] == "live"
     FakeRealTier.reset()
     frozen = dataclasses.replace(plan, promote=dataclasses.replace(plan.promote, gc="frozen"))
-    rows = run_promote(frozen, only=["defaults", "c1"])
+    # rows of another mode in the results: refused before any engine starts (their scores would not compare)
+    with pytest.raises(RsiEnvError, match="collector live; this run measures with it frozen"):
+        run_promote(frozen, only=["defaults", "c1"])
+    assert FakeRealTier.calls == []
+    rows = run_promote(frozen, only=["defaults", "c1"], fresh=True)
     assert [c["gc"] for c in FakeRealTier.calls] == ["frozen", "frozen"]
-    assert {r["name"]: r["gc"] for r in rows} == {"defaults": "frozen", "c1": "frozen", "c2": "live"}  # c2's kept
+    assert {r["name"]: r["gc"] for r in rows} == {"defaults": "frozen", "c1": "frozen"}
     assert all(set(r["driver_gc"]) == set(r["requests"]) == set(r["workloads"]) for r in rows)
 
 
