@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# SGLang leases 8-10 for issue 32 (research/plans/sglang_lease8.md, sglang_lease9.md, sglang_lease10.md), run on the device after
-# `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the device returns no more).
+# SGLang leases 8-10 for issue 32 (research/plans/sglang_lease8.md, sglang_lease9.md, sglang_lease10.md), run on
+# the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
+# device returns no more).
 #
 #   bash tools/gpu/sglang_lease9.sh SECONDS STEP...
 #
