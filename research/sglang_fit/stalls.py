@@ -25,6 +25,7 @@ import numpy as np
 from passes import real_passes, sim_passes
 
 from rsi_env.engine.workload import Workload
+from rsi_env.evaluate.promote import measured_gc
 from rsi_env.sim.sglang.simulate import sglang_calibration, simulate_sglang_detailed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +119,7 @@ def main() -> None:
             if gcs is not None:
                 full = [(t, s) for g, t, s in gcs["listed"] if g == 2]
                 at = [s for t, s in full if abs(t - gaps[1]) <= 0.1]
-                print(f"  driver gc {row.get('gc', 'live')}: {gcs['frozen_objects']:,} frozen; generation-2 "
+                print(f"  driver gc {measured_gc(row)}: {gcs['frozen_objects']:,} frozen; generation-2 "
                       f"collections >= 5 ms (start s, length s): {full}; at the longest pause: {at}")
             lo, hi = steady_window(row, gaps)
             out_len = wl.trace().output_len

@@ -87,7 +87,7 @@ def freeze_heap() -> int:
 
 def add_gc_option(parser: ArgumentParser, engine: str) -> None:
     """A driver's ``--gc``: ``live`` or ``frozen`` after the warm-up; the default is the engine's (`ENGINE_GC`)."""
-    parser.add_argument("--gc", choices=GC_MODES, default=ENGINE_GC[engine],
+    parser.add_argument("--gc", choices=GC_MODES, default=gc_mode(engine),
                         help="live: the processes' garbage collectors as the engine starts them; frozen: after the "
                              "warm-up, their long-lived heaps frozen (this process's, and the engine's own where it "
                              "offers it), so no pass over them stalls the front end mid-workload")
