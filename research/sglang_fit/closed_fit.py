@@ -1,7 +1,7 @@
 """SGLang's H100 coefficients fitted with the Batching task's closed loop in training, judged on closed-loop rows no
 fit has seen.
 
-    python3 research/sglang_fit/closed_fit.py [--max-nfev 16] [--write]
+    python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--max-nfev 16] [--write]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -12,6 +12,10 @@ has seen) and lease 5's (research/sglang_fit/rows: the defaults, c1, c2 and `mem
 decode pass logged) are held out. Warm start from the shipped calibration. Prints the errors of both calibrations
 on every set; --write saves the refit as a candidate, research/sglang_fit/h100-sxm-sglang-0.5-closed.yaml (not the
 catalog's: SGLang's suite ceilings were found with the shipped one, so adopting it means freezing a new suite draw).
+
+`--closed lease10` (research/plans/sglang_lease10.md, set before the lease): the closed-loop training rows are lease
+10's instead (batching_sglang_h100_b's defaults and c2, FA3, the driver's collector frozen: lease 4's carry its pause),
+its c1 held out beside lease 8's h4-h7; written to research/sglang_fit/h100-sxm-sglang-0.5-frozen.yaml.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from closed_loop import EVAL, TERMS, closed_loop_rows
 
 from rsi_env.calibrate.report import errors, fitted_at, mapes, named
-from rsi_env.calibrate.samples import Sample, load_samples
+from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
 from rsi_env.calibrate.score import evaluate
 from rsi_env.calibrate.timing import fit_terms
 from rsi_env.engine.hardware import load_hardware
@@ -36,6 +41,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LEASE2 = ROOT / "data/sglang/0.5.17-h100/lease2"
 LEASE5 = HERE / "rows/lease5-many_small.jsonl"
+LEASE8 = ROOT / "data/sglang/0.5.17-h100/lease8/heldout.jsonl"
+LEASE10 = ROOT / "data/sglang/0.5.17-h100/lease10/rows.jsonl"
 CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop rows, one driver-form line per workload
 EXPORTS = {"lease4.jsonl": (EVAL, ("defaults", "c1", "c2", "c3")),
            "lease7.jsonl": ("batching_sglang_h100_b", ("defaults", "c1"))}
@@ -49,14 +56,28 @@ def lease2_files(train: bool) -> list[str]:
     return sorted(str(f) for n, f in files.items() if (roles[n] in TRAIN_ROLES if train else roles[n] == "held_out"))
 
 
-def sets() -> dict[str, list[Sample]]:
-    return {
-        "open_train": load_samples(lease2_files(True)),
-        "closed_train": load_samples([CLOSED / "lease4.jsonl"]),
-        "open_held": load_samples(lease2_files(False)),
-        "closed_held_l7": load_samples([CLOSED / "lease7.jsonl"]),
-        "closed_held_l5": load_samples([LEASE5]),
-    }
+def lease10(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Lease 10's rows of batching_sglang_h100_b's configurations ``names`` (the every-pass log left out)."""
+    doc = json.loads((ROOT / "configs/eval/batching_sglang_h100_b.candidates.json").read_text())
+    flags = [json.dumps(e["flags"], sort_keys=True) for e in [doc["defaults"], *doc["candidates"]]
+             if e["name"] in names]
+    rows = [json.loads(x) for x in LEASE10.read_text().splitlines() if x.strip()]
+    return [r for r in rows if not r.get("server_arg_overrides") and json.dumps(r["flags"], sort_keys=True) in flags]
+
+
+def sets(closed: str) -> dict[str, list[Sample]]:
+    """The training sets (``open_train``, ``closed_train``) and the held-out ones, ``closed`` naming the closed-loop
+    training rows (lease 4's or lease 10's)."""
+    out = {"open_train": load_samples(lease2_files(True))}
+    if closed == "lease4":
+        out["closed_train"] = load_samples([CLOSED / "lease4.jsonl"])
+    else:
+        out["closed_train"] = samples_from_rows(lease10(("defaults", "c2")), "lease 10's defaults and c2")
+        out["closed_held_l10"] = samples_from_rows(lease10(("c1",)), "lease 10's c1")
+    return {**out, "open_held": load_samples(lease2_files(False)),
+            "closed_held_l8": load_samples([LEASE8]),
+            "closed_held_l7": load_samples([CLOSED / "lease7.jsonl"]),
+            "closed_held_l5": load_samples([LEASE5])}
 
 
 def export() -> None:
@@ -71,6 +92,8 @@ def export() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--closed", choices=("lease4", "lease10"), default="lease10",
+                    help="the closed-loop training rows")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
@@ -78,9 +101,15 @@ def main() -> None:
     if args.export:
         export()
         return
-    s = sets()
-    train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
-    digest = hashlib.sha256("".join(Path(f).read_text() for f in train_files).encode()).hexdigest()[:12]
+    s = sets(args.closed)
+    if args.closed == "lease4":
+        train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
+        texts = [Path(f).read_text() for f in train_files]
+    else:  # lease 10's file holds held-out rows too: the digest is of the rows that trained
+        train_files = [*lease2_files(True), f"{LEASE10} (defaults and c2)"]
+        texts = [*(Path(f).read_text() for f in lease2_files(True)),
+                 "".join(json.dumps(r) + "\n" for r in lease10(("defaults", "c2")))]
+    digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
     t0 = time.perf_counter()
@@ -98,18 +127,19 @@ def main() -> None:
     for t in TERMS:
         print(f"  {t:20s} {getattr(shipped, t):12.4g} -> {getattr(refit, t):12.4g}")
     if args.write:
-        held = s["open_held"] + s["closed_held_l7"] + s["closed_held_l5"]
+        held = [x for part, v in s.items() if "held" in part for x in v]
         refit = named(refit, digest, {
             "fitted": fitted_at(), "procedure": "research/sglang_fit/closed_fit.py (rsi_env.calibrate.timing.fit_terms)",
-            "terms": list(TERMS), "measurements": [str(Path(f).relative_to(ROOT)) for f in train_files],
+            "terms": list(TERMS), "measurements": [f.removeprefix(f"{ROOT}/") for f in train_files],
             "measurements_sha256_12": digest, "n_train": len(s["open_train"]) + len(s["closed_train"]),
             "n_held_out": len(held),
-            "held_out_measurements": [str(Path(f).relative_to(ROOT))
-                                      for f in (*lease2_files(False), CLOSED / "lease7.jsonl", LEASE5)],
+            "held_out_measurements": [str(Path(f).relative_to(ROOT)) for f in (
+                *lease2_files(False), LEASE8, CLOSED / "lease7.jsonl", LEASE5)]
+            + ([f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else []),
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
-        out = HERE / f"{hw.name}-{refit.engine_version}-closed.yaml"
+        out = HERE / f"{hw.name}-{refit.engine_version}-{'closed' if args.closed == 'lease4' else 'frozen'}.yaml"
         refit.save(out)
         print(f"wrote {out.relative_to(ROOT)} ({refit.id})")
 
