@@ -3,9 +3,10 @@
     python3 research/sglang_fit/pick.py ROWS.jsonl [--plan batching_sglang_h100_b] [--calibration FILE ...]
 
 ROWS: driver rows (`rsi_env.real.sglang_driver`) of the plan's defaults and candidates on its workloads, one start
-per (configuration, every workload); rows with server-argument overrides (an every-pass log) are left out. Per start,
-the task's SLO-adjusted objective per workload (`rsi_env.reward.objective.adjusted_value`) and the start's score: the
-mean over workloads of log(objective / the defaults' mean objective). Per configuration, the mean score over its
+per (configuration, every workload); rows with server-argument overrides (an every-pass log) are left out, and so
+are starts with a workload missing or failed. Per start, the task's SLO-adjusted objective per workload
+(`rsi_env.reward.objective.adjusted_value`) and the start's score: the mean over workloads of log(objective / the
+defaults' mean objective). Per configuration, the mean score over its
 starts with its standard error, beside the sim's score (each calibration given; the chip's shipped one first). The
 rule (research/plans/sglang_lease10.md): the sim's pick is within 5 % of the best configuration's mean or not; where
 the two means differ by less than one standard error of their difference the pick is not resolved.
@@ -41,7 +42,10 @@ def starts(rows: list[dict[str, Any]], names: dict[str, str], workloads: list[st
         if not out or out[-1][0] != name or r["workload"] in out[-1][1]:
             out.append((name, {}))
         out[-1][1][r["workload"]] = Telemetry.from_dict(r["telemetry"])
-    return [(n, t) for n, t in out if set(t) == set(workloads)]
+    whole = [(n, t) for n, t in out if set(t) == set(workloads) and all(x.ok for x in t.values())]
+    if len(whole) < len(out):
+        print(f"{len(out) - len(whole)} start(s) left out: a workload missing or failed")
+    return whole
 
 
 def mean_se(xs: list[float]) -> tuple[float, float]:
