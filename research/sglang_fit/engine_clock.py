@@ -54,9 +54,9 @@ def main() -> None:
     for line in args.rows.read_text().splitlines():
         row = json.loads(line)
         got = row.get("passes") or {}
-        if got.get("decode_log_interval") != 1:
+        cols = got.get("lines") or {}
+        if got.get("decode_log_interval") != 1 or not cols.get("t"):
             continue
-        cols = got["lines"]
         run = [r for i, r in enumerate(cols["running"]) if args.lo <= cols["t"][i] < args.hi]
         print(f"{row['workload']} {json.dumps(row['flags'])}: {len(run)} lines, mean running "
               f"{statistics.fmean(run):.0f}")
