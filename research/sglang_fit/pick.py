@@ -1,15 +1,17 @@
 """The sim's pick against the real engine's, on the means of repeated starts of an evaluation plan's configurations.
 
-    python3 research/sglang_fit/pick.py ROWS.jsonl [--plan batching_sglang_h100_b] [--calibration FILE ...]
+    python3 research/sglang_fit/pick.py ROWS.jsonl ... [--candidates FILE] [--calibration FILE ...]
 
-ROWS: driver rows (`rsi_env.real.sglang_driver`) of the plan's defaults and candidates on its workloads, one start
-per (configuration, every workload); rows with server-argument overrides (an every-pass log) are left out, and so
-are starts with a workload missing or failed. Per start, the task's SLO-adjusted objective per workload
-(`rsi_env.reward.objective.adjusted_value`) and the start's score: the mean over workloads of log(objective / the
-defaults' mean objective). Per configuration, the mean score over its
-starts with its standard error, beside the sim's score (each calibration given; the chip's shipped one first). The
-rule (research/plans/sglang_lease10.md): the sim's pick is within 5 % of the best configuration's mean or not; where
-the two means differ by less than one standard error of their difference the pick is not resolved.
+ROWS: driver rows (`rsi_env.real.sglang_driver`) of a candidates file's defaults and candidates on its workloads (by
+default batching_sglang_h100_b's), one start per (configuration, every workload), or a promotion's ``real.jsonl``
+(one line per configuration, its workloads' telemetry in order; each promotion one start). Rows with server-argument
+overrides (an every-pass log) are left out, and so are starts with a workload missing or failed.
+
+Per start, the task's SLO-adjusted objective per workload (`rsi_env.reward.objective.adjusted_value`) and the start's
+score: the mean over workloads of log(objective / the defaults' mean objective). Per configuration, the mean score
+over its starts with its standard error, beside the sim's score (each calibration given; the chip's shipped one
+first). The rule (research/plans/sglang_lease10.md): the sim's pick is within 5 % of the best configuration's mean or
+not; where the two means differ by less than one standard error of their difference the pick is not resolved.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import math
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,17 @@ def starts(rows: list[dict[str, Any]], names: dict[str, str], workloads: list[st
     return whole
 
 
+def driver_form(rows: list[dict[str, Any]], workloads: list[str]) -> Iterator[dict[str, Any]]:
+    """Each row as the driver writes it: a promotion's line (its workloads' telemetry as a list) becomes one row per
+    workload; a failed promotion's line, none."""
+    for r in rows:
+        if not isinstance(r.get("telemetry"), list):
+            yield r
+        elif not r.get("error"):
+            for w, tel in zip(workloads, r["telemetry"], strict=True):
+                yield {"flags": r["flags"], "workload": w, "telemetry": tel}
+
+
 def mean_se(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(xs), (statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else math.nan)
 
@@ -59,16 +73,17 @@ def pct(x: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", type=Path, nargs="+")
-    ap.add_argument("--plan", default="batching_sglang_h100_b")
+    ap.add_argument("--candidates", type=Path, default=ROOT / "configs/eval/batching_sglang_h100_b.candidates.json")
     ap.add_argument("--calibration", action="append", default=[], help="another calibration file for the sim")
     args = ap.parse_args()
-    doc = json.loads((ROOT / f"configs/eval/{args.plan}.candidates.json").read_text())
+    doc = json.loads(args.candidates.read_text())
     task = load_task(doc["env"])
     wls = [Workload.from_dict(w) for w in doc["workloads"]]
     wnames = [w.name for w in wls]
     entries = [doc["defaults"], *doc["candidates"]]
     names = {json.dumps(e["flags"], sort_keys=True): e["name"] for e in entries}
-    rows = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
+    rows = list(driver_form([json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()],
+                            wnames))
     measured = starts(rows, names, wnames)
     order = [e["name"] for e in entries if any(n == e["name"] for n, _ in measured)]
     base = {w: statistics.fmean(adjusted_value(t[w], task) for n, t in measured if n == "defaults") for w in wnames}
