@@ -9,7 +9,8 @@ what each pass costs — shows in the pass counts. This prints, per configuratio
 request, the share of prefill passes, new requests and new tokens per prefill, running and queued requests at each
 kind of pass, and each kind's mean time. Given the SGLang driver's rows with ``passes`` (`rsi_env.real.sglang_passes`;
 the driver run with ``--server-arg decode_log_interval=1``, tools/gpu/sglang_lease6.sh), the same numbers from
-SGLang's log lines go beside them (a pass's time there: the gap to the next logged line, on the driver's clock).
+SGLang's log lines go beside them (a pass's time there: the gap to the next logged line, on the driver's clock,
+which the pipe's buffering blurs: engine_clock.py times the passes on SGLang's own clock).
 
 Written before lease 5 measures the passes (research/plans/sglang_lease5.md): `--json` keeps the sim's side as the
 prediction it was.
