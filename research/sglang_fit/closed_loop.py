@@ -41,20 +41,26 @@ EVAL = "batching_sglang_h100"
 CLOSED_TRAIN, CLOSED_HELD = ("defaults", "c1"), ("c2",)
 
 
+def driver_rows(line: dict[str, Any], doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A promotion's line (``real.jsonl``, its workloads' telemetry in ``doc``'s order) as driver-form lines, one per
+    workload; none for a failed measurement."""
+    if line.get("error"):
+        return []
+    return [{"model": doc["model"], "flags": line["flags"], "workload_spec": w, "telemetry": tel,
+             "sglang_version": line["engine_version"].removeprefix("sglang-"), "startup_s": line["startup_s"],
+             "resolved": {"max_total_num_tokens": tel.get("num_gpu_blocks") or 0}}
+            for w, tel in zip(doc["workloads"], line["telemetry"], strict=True)]
+
+
 def closed_loop_rows(names: tuple[str, ...], evaluation: str = EVAL) -> list[dict[str, Any]]:
     """A two-tier evaluation's real rows of ``names``, one driver-form line per (configuration, workload)."""
     doc = json.loads((ROOT / f"configs/eval/{evaluation}.candidates.json").read_text())
     out = []
     for line in (ROOT / f"data/eval/{evaluation}/real.jsonl").read_text().splitlines():
         r = json.loads(line)
-        if r["name"] not in names or r.get("error"):
-            continue
-        for w, tel in zip(doc["workloads"], r["telemetry"], strict=True):
-            out.append({"model": doc["model"], "flags": r["flags"], "workload_spec": w, "telemetry": tel,
-                        "sglang_version": r["engine_version"].removeprefix("sglang-"), "startup_s": r["startup_s"],
-                        "resolved": {"max_total_num_tokens": tel.get("num_gpu_blocks") or 0}})
+        if r["name"] in names:
+            out += driver_rows(r, doc)
     return out
-
 
 def ranking(cal: Calibration) -> dict[str, dict[str, float]]:
     """The Batching task's score (%, over SGLang's defaults) of each measured lease-4 configuration, sim and real."""

@@ -23,17 +23,24 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+
+def positions(kinds: Iterable[str]) -> Iterator[int]:
+    """Each pass's position (1, 2, ...) in its run of passes of one kind."""
+    run, last = 0, None
+    for kind in kinds:
+        run = run + 1 if kind == last else 1
+        last = kind
+        yield run
 
 
 def by_position(lines: dict[str, list], lo: float, hi: float) -> dict[str, dict[int, list[float]]]:
     """Engine-clock intervals (s) by kind and position (2, 3, ...) in their run; ``lines``: ``passes.lines``."""
     out: dict[str, dict[int, list[float]]] = {"decode": defaultdict(list), "prefill": defaultdict(list)}
-    run, last = 0, None
-    for i, kind in enumerate(lines["kind"]):
-        run = run + 1 if kind == last else 1
-        last = kind
+    for i, (kind, run) in enumerate(zip(lines["kind"], positions(lines["kind"]), strict=True)):
         if run < 2 or not lo <= lines["t"][i] < hi:
             continue
         if kind == "decode" and lines["gen_throughput"][i]:
@@ -50,10 +57,8 @@ def sim_by_position(row: dict[str, Any]) -> dict[str, dict[int, list[float]]]:
     from rsi_env.engine.workload import Workload
 
     out: dict[str, dict[int, list[float]]] = {"decode": defaultdict(list), "prefill": defaultdict(list)}
-    run, last = 0, None
-    for p in sim_passes(row["flags"], row["model"], row["hardware"], Workload.from_dict(row["workload_spec"])):
-        run = run + 1 if p["kind"] == last else 1
-        last = p["kind"]
+    passes = sim_passes(row["flags"], row["model"], row["hardware"], Workload.from_dict(row["workload_spec"]))
+    for p, run in zip(passes, positions(p["kind"] for p in passes), strict=True):
         if p["running"] >= 240:
             out[p["kind"]][run].append(p["dt"])
     return out

@@ -20,9 +20,10 @@ import argparse
 import json
 import math
 import statistics
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from closed_loop import driver_rows
 
 from rsi_env.engine.task import load_task
 from rsi_env.engine.telemetry import Telemetry
@@ -40,26 +41,16 @@ def starts(rows: list[dict[str, Any]], names: dict[str, str], workloads: list[st
         if r.get("server_arg_overrides"):
             continue
         name = names.get(json.dumps(r["flags"], sort_keys=True))
+        workload = r["workload_spec"]["name"]
         if name is None:
             raise SystemExit(f"a row's flags are none of the plan's configurations: {r['flags']}")
-        if not out or out[-1][0] != name or r["workload"] in out[-1][1]:
+        if not out or out[-1][0] != name or workload in out[-1][1]:
             out.append((name, {}))
-        out[-1][1][r["workload"]] = Telemetry.from_dict(r["telemetry"])
+        out[-1][1][workload] = Telemetry.from_dict(r["telemetry"])
     whole = [(n, t) for n, t in out if set(t) == set(workloads) and all(x.ok for x in t.values())]
     if len(whole) < len(out):
         print(f"{len(out) - len(whole)} start(s) left out: a workload missing or failed")
     return whole
-
-
-def driver_form(rows: list[dict[str, Any]], workloads: list[str]) -> Iterator[dict[str, Any]]:
-    """Each row as the driver writes it: a promotion's line (its workloads' telemetry as a list) becomes one row per
-    workload; a failed promotion's line, none."""
-    for r in rows:
-        if not isinstance(r.get("telemetry"), list):
-            yield r
-        elif not r.get("error"):
-            for w, tel in zip(workloads, r["telemetry"], strict=True):
-                yield {"flags": r["flags"], "workload": w, "telemetry": tel}
 
 
 def mean_se(xs: list[float]) -> tuple[float, float]:
@@ -82,8 +73,8 @@ def main() -> None:
     wnames = [w.name for w in wls]
     entries = [doc["defaults"], *doc["candidates"]]
     names = {json.dumps(e["flags"], sort_keys=True): e["name"] for e in entries}
-    rows = list(driver_form([json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()],
-                            wnames))
+    lines = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
+    rows = [r for x in lines for r in (driver_rows(x, doc) if isinstance(x.get("telemetry"), list) else [x])]
     measured = starts(rows, names, wnames)
     order = [e["name"] for e in entries if any(n == e["name"] for n, _ in measured)]
     base = {w: statistics.fmean(adjusted_value(t[w], task) for n, t in measured if n == "defaults") for w in wnames}
