@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang leases 8-10 for issue 32 (research/plans/sglang_lease8.md, sglang_lease9.md, sglang_lease10.md), run on
+# SGLang leases 8-11 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease11.md), run on
 # the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
 # device returns no more).
 #
@@ -12,7 +12,9 @@
 #                 garbage collector MODE (live or frozen: `rsi_env.real.gc_pauses`) -> rows.jsonl
 #   passes-frozen the passes step with the collector frozen -> rows.jsonl
 #   rN            repeat N of the plan PLAN (env, default batching_sglang_h100_b): its defaults, c1 and c2 promoted
-#                 -> rN/real.jsonl
+#                 -> rN/real.jsonl; PROMOTE_PLAN (env) promotes that plan file instead, ONLY (env) names its
+#                 configurations (lease 11: research/sglang_fit/frozen_search/batching_sglang_h100_d.yaml,
+#                 defaults,c1,c2,c3)
 # SERVER_ARGS (env): SGLang server arguments added to every start, e.g. "attention_backend=triton
 # sampling_backend=pytorch" where the FlashAttention-3 pieces were not carried (rows not comparable with fa3's).
 # Every start's log is appended to logs.txt under a header line; progress.txt says what ran and when.
@@ -69,7 +71,8 @@ for step in "$@"; do
     r[0-9]*)
       if [ "$(left)" -lt 260 ]; then log "$step" "skipped ($(left) s left)"; continue; fi
       echo "===== $step" >> "$out/logs.txt"
-      python3 -m rsi_env.evaluate.promote --plan "configs/eval/$plan.yaml" --only defaults,c1,c2 --gpus 0 \
+      python3 -m rsi_env.evaluate.promote --plan "${PROMOTE_PLAN:-configs/eval/$plan.yaml}" \
+        --only "${ONLY:-defaults,c1,c2}" --gpus 0 \
         --hardware "$card" --deadline-s $(( $(left) - 10 )) --out "$out/$step" >> "$out/logs.txt" 2>&1
       log "$step" "exit $?" ;;
     *) log "$step" "unknown step" ;;
