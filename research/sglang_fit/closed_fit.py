@@ -1,7 +1,7 @@
 """SGLang's H100 coefficients fitted with the Batching task's closed loop in training, judged on closed-loop rows no
 fit has seen.
 
-    python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--max-nfev 16] [--write]
+    python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch] [--max-nfev 16] [--write]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -16,6 +16,10 @@ catalog's: SGLang's suite ceilings were found with the shipped one, so adopting 
 `--closed lease10` (research/plans/sglang_lease10.md, set before the lease): the closed-loop training rows are lease
 10's instead (batching_sglang_h100_b's defaults and c2, FA3, the driver's collector frozen: lease 4's carry its pause),
 its c1 held out beside lease 8's h4-h7; written to research/sglang_fit/h100-sxm-sglang-0.5-frozen.yaml.
+
+`--switch` (with lease 10's rows): ``cpu_switch_per_req_s`` fitted too, the device's wait where a prefill follows a
+decode (`rsi_env.sim.sglang.engine`), warm-started at SWITCH0, what SGLang's clock says; written to
+research/sglang_fit/h100-sxm-sglang-0.5-switch.yaml.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop
 EXPORTS = {"lease4.jsonl": (EVAL, ("defaults", "c1", "c2", "c3")),
            "lease7.jsonl": ("batching_sglang_h100_b", ("defaults", "c1"))}
 TRAIN_ROLES = ("repeat", "fit", "gauges")
+# The last decode of a run on SGLang's clock less the sim's (13.4 - 9.0 ms: research/sglang_fit/engine_clock.py on
+# lease 10's every-pass row) over its ~255 running requests.
+SWITCH0 = 4.4e-3 / 255
 
 
 def lease2_files(train: bool) -> list[str]:
@@ -94,10 +101,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--closed", choices=("lease4", "lease10"), default="lease10",
                     help="the closed-loop training rows")
+    ap.add_argument("--switch", action="store_true", help="fit cpu_switch_per_req_s too (lease 10's rows)")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
     args = ap.parse_args()
+    if args.switch and args.closed != "lease10":
+        ap.error("--switch fits on lease 10's rows (--closed lease10)")
     if args.export:
         export()
         return
@@ -112,8 +122,10 @@ def main() -> None:
     digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
+    terms = (*TERMS, "cpu_switch_per_req_s") if args.switch else TERMS
+    start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
     t0 = time.perf_counter()
-    refit = fit_terms(s["open_train"] + s["closed_train"], hw, shipped, TERMS, args.max_nfev)
+    refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev)
     print(f"fit: {time.perf_counter() - t0:.0f} s")
     for label, cal in (("shipped", shipped), ("refit", refit)):
         for part, samples in s.items():
@@ -124,13 +136,13 @@ def main() -> None:
                     print(f"           {r['config'][:60]:60s} {r['workload']:11s} tok/s {r['sim_tok_s']:8.0f} / "
                           f"{r['real_tok_s']:8.0f}  tpot {1e3 * r['sim_tpot_p50']:5.1f} / "
                           f"{1e3 * r['real_tpot_p50']:5.1f} ms")
-    for t in TERMS:
+    for t in terms:
         print(f"  {t:20s} {getattr(shipped, t):12.4g} -> {getattr(refit, t):12.4g}")
     if args.write:
         held = [x for part, v in s.items() if "held" in part for x in v]
         refit = named(refit, digest, {
             "fitted": fitted_at(), "procedure": "research/sglang_fit/closed_fit.py (rsi_env.calibrate.timing.fit_terms)",
-            "terms": list(TERMS), "measurements": [f.removeprefix(f"{ROOT}/") for f in train_files],
+            "terms": list(terms), "measurements": [f.removeprefix(f"{ROOT}/") for f in train_files],
             "measurements_sha256_12": digest, "n_train": len(s["open_train"]) + len(s["closed_train"]),
             "n_held_out": len(held),
             "held_out_measurements": [str(Path(f).relative_to(ROOT)) for f in (
@@ -139,7 +151,8 @@ def main() -> None:
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
-        out = HERE / f"{hw.name}-{refit.engine_version}-{'closed' if args.closed == 'lease4' else 'frozen'}.yaml"
+        kind = "closed" if args.closed == "lease4" else "switch" if args.switch else "frozen"
+        out = HERE / f"{hw.name}-{refit.engine_version}-{kind}.yaml"
         refit.save(out)
         print(f"wrote {out.relative_to(ROOT)} ({refit.id})")
 

@@ -41,8 +41,9 @@ def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workl
     passes: list[dict[str, Any]] = []
     price = sglang_engine.SglangEngineSim._price
 
-    def recording(self: sglang_engine.SglangEngineSim, batch: Any, running: int, parts: list[float]) -> float:
-        dt = price(self, batch, running, parts)
+    def recording(self: sglang_engine.SglangEngineSim, batch: Any, running: int, parts: list[float],
+                  after_decode: bool = False) -> float:
+        dt = price(self, batch, running, parts, after_decode)
         p: dict[str, Any] = {"kind": "prefill" if batch.is_prefill else "decode", "running": running,
                              "queue": len(self.sched.waiting), "dt": dt}
         if batch.is_prefill:

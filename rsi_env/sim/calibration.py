@@ -65,6 +65,9 @@ class Calibration:
     cpu_step_s: float = 1.5e-3    # engine-core CPU per step (schedule + update)
     cpu_per_req_s: float = 1.2e-5  # engine-core CPU per running request per step
     cpu_per_new_req_s: float = 2.0e-4  # engine-core CPU per request admitted in the step (inputs, hashing)
+    cpu_switch_per_req_s: float = 0.0  # SGLang: CPU per running request the device waits for where a prefill follows
+    #                                    a decode (the overlap loop schedules it among the running batch unhidden:
+    #                                    `rsi_env.sim.sglang.engine`); vLLM's sim does not read it
     frontend_s: float = 1.5e-3    # request in and tokens out through the front-end process (IPC, streaming)
     # The host's CPU state, read by the real tier's probe (`rsi_env.real.host.cpu_probe_ms`: a fixed piece of
     # interpreter work, timed before the engine starts): the CPU terms (`CPU_TERMS`) hold at a probe of
@@ -126,9 +129,10 @@ MM_REF_PARAMS = 2.0e8  # weights per layer per GPU at which mm_half_tokens holds
 
 COEFFICIENTS = tuple(f.name for f in fields(Calibration) if f.type in ("float", float))
 # The terms of the host's CPU rather than of its GPU: the engine core's own work per step, per running and per new
-# request, the front end's round trip, and launching what runs outside full CUDA graphs (`Calibration.at_cpu_probe`).
-CPU_TERMS = ("cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "frontend_s", "piecewise_layer_s",
-             "uncaptured_layer_s", "eager_layer_s")
+# request and at SGLang's decode-to-prefill switch, the front end's round trip, and launching what runs outside full
+# CUDA graphs (`Calibration.at_cpu_probe`).
+CPU_TERMS = ("cpu_step_s", "cpu_per_req_s", "cpu_per_new_req_s", "cpu_switch_per_req_s", "frontend_s",
+             "piecewise_layer_s", "uncaptured_layer_s", "eager_layer_s")
 
 
 def _calib_dir() -> Any:

@@ -11,6 +11,12 @@ prompt's last chunk runs alone instead of beside a request that came during its 
 loop's results of pass N processed after pass N+1 is chosen (a request that finished in N decoded once more in N+1,
 a prefix computed in N matched from N+2 on).
 
+Where a prefill follows a decode the device waits for its scheduling: SGLang's clock shows the last decode of a run,
+whose loop iteration builds the prefill batch among the running ones, at 13.4 ms against 10.4 ms for a decode
+mid-run (many_small, ~255 running, H100), while a prefill after a prefill costs what its kernels do (research/sglang_fit/
+engine_clock.py). The sim adds ``cpu_switch_per_req_s`` per running request to such a prefill's wall time, outside
+`StepCost.combine`'s overlap (profile part ``engine_cpu``).
+
 The cost model's coefficients are SGLang's calibration of the chip where one is fitted, else the chip's vLLM one
 (`rsi_env.sim.sglang.simulate.sglang_calibration`).
 """
@@ -87,6 +93,7 @@ class SglangEngineSim:
         usage_peak = 0
         sched = self.sched
         seen = self.now  # arrivals up to here are visible to the next choice (the pass in flight started here)
+        after_decode = False  # the pass in flight is a decode
         while done < n:
             self._receive(seen)
             batch = sched.next_batch()
@@ -102,7 +109,8 @@ class SglangEngineSim:
                 continue
             usage_peak = max(usage_peak, sched.used_tokens())
             running = len(sched.running)
-            dt = self._price(batch, running, parts)
+            dt = self._price(batch, running, parts, after_decode)
+            after_decode = not batch.is_prefill
             seen = self.now  # the overlap loop picks the next pass as soon as this one is launched
             self.now += dt
             busy += dt
@@ -135,16 +143,18 @@ class SglangEngineSim:
             self.sched.waiting.append(reqs[order[self.next_arr]])
             self.next_arr += 1
 
-    def _price(self, batch: Batch, running: int, parts: list[float]) -> float:
-        """The pass's wall time on the cost model (its parts added to ``parts``)."""
+    def _price(self, batch: Batch, running: int, parts: list[float], after_decode: bool = False) -> float:
+        """The pass's wall time on the cost model (its parts added to ``parts``); a prefill ``after_decode`` waits
+        for its scheduling among the ``running`` requests too."""
         cost = self.cost
         if batch.is_prefill:
             tokens = sum(r.extend for r in batch.reqs)
             pairs = sum(cost.chunk_pairs(r.extend, r.kv) for r in batch.reqs)
             ctx = float(sum(r.kv for r in batch.reqs))
             new = sum(1 for r in batch.reqs if r.kv == r.prefix)
-            return cost.step_time(tokens, len(batch.reqs), running + len(batch.reqs), 0.0, pairs, ctx, False,
-                                  new, parts)
+            switch = cost.cal.cpu_switch_per_req_s * running if after_decode else 0.0
+            return switch + cost.step_time(tokens, len(batch.reqs), running + len(batch.reqs), 0.0, pairs, ctx,
+                                           False, new, parts)
         bs = len(batch.reqs)
         ctx = float(sum(r.kv + 1 for r in batch.reqs))
         return cost.step_time(bs, bs, bs, ctx, 0.0, 0.0, True, 0, parts)

@@ -238,6 +238,42 @@ def test_the_overlap_loop_picks_the_next_pass_before_the_one_in_flight_ends():
     assert first_token(0.01) < 0.8 * first_token(0.0)
 
 
+def test_a_prefill_after_a_decode_waits_for_its_scheduling_among_the_running_requests():
+    """``cpu_switch_per_req_s``: a prefill pass whose predecessor was a decode costs that term per running request on
+    top of its own price; a prefill after a prefill, and every decode, cost what they did. It is zero in a
+    calibration that does not fit it, so such a run is priced as it was."""
+    cfg = SglangConfig()
+    spec, hw = load_model(MODEL), load_hardware(HW)
+    plan = plan_for(cfg)
+    shipped = load_calibration(hw.name, "0.26")
+    assert shipped.cpu_switch_per_req_s == 0.0
+    passes: list[tuple[bool, int, bool, float]] = []
+
+    class Recording(SglangEngineSim):
+        def _price(self, batch, running, parts, after_decode=False):
+            dt = super()._price(batch, running, parts, after_decode)
+            alone = super()._price(batch, running, [0.0] * len(parts), False)
+            passes.append((batch.is_prefill, running, after_decode, dt - alone))
+            return dt
+
+    def run(cal):
+        passes.clear()
+        trace = SMALL.trace()
+        return Recording(SglangScheduler(cfg, plan), StepCost(spec, hw, plan.resolved, cal),
+                         make_requests(trace, spec.vocab_size), check_invariants=True).run()
+
+    free = run(shipped)
+    assert all(extra == 0.0 for *_, extra in passes)
+    dear = run(replace(shipped, cpu_switch_per_req_s=2e-4))
+    kinds = [p[0] for p in passes]
+    assert [p[2] for p in passes] == [False] + [not k for k in kinds[:-1]]  # "after a decode" is the previous pass
+    switches = [(running, extra) for prefill, running, after, extra in passes if prefill and after]
+    assert sum(running for running, _ in switches) > 0
+    for prefill, running, after, extra in passes:
+        assert extra == pytest.approx(2e-4 * running if prefill and after else 0.0, abs=1e-12)
+    assert dear.busy_time > free.busy_time and dear.profile.engine_cpu > free.profile.engine_cpu
+
+
 def test_prefill_passes_run_under_cuda_graphs_only_up_to_the_chunk_size():
     """SGLang captures its prefill graphs up to the chunk size and none without chunking (its log: "Disable prefill
     CUDA graph because the capture size is not set"); its decode graphs go up to cuda_graph_max_bs. The cost model
