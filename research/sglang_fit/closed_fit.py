@@ -1,7 +1,8 @@
 """SGLang's H100 coefficients fitted with the Batching task's closed loop in training, judged on closed-loop rows no
 fit has seen.
 
-    python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch] [--max-nfev 16] [--write]
+    python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch [--hold T,...]] [--max-nfev 16]
+        [--write]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -19,7 +20,9 @@ its c1 held out beside lease 8's h4-h7; written to research/sglang_fit/h100-sxm-
 
 `--switch` (with lease 10's rows): ``cpu_switch_per_req_s`` fitted too, the device's wait where a prefill follows a
 decode (`rsi_env.sim.sglang.engine`), warm-started at SWITCH0, what SGLang's clock says; written to
-research/sglang_fit/h100-sxm-sglang-0.5-switch.yaml.
+research/sglang_fit/h100-sxm-sglang-0.5-switch.yaml. `--hold uncaptured_layer_s,frontend_s` keeps those terms at the
+shipped values (no training row decodes above its largest CUDA graph; the switch fit drove both to their bounds);
+written to research/sglang_fit/h100-sxm-sglang-0.5-switch-held.yaml.
 """
 
 from __future__ import annotations
@@ -102,12 +105,16 @@ def main() -> None:
     ap.add_argument("--closed", choices=("lease4", "lease10"), default="lease10",
                     help="the closed-loop training rows")
     ap.add_argument("--switch", action="store_true", help="fit cpu_switch_per_req_s too (lease 10's rows)")
+    ap.add_argument("--hold", default="", help="with --switch: comma-separated terms kept at the shipped values")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
     args = ap.parse_args()
     if args.switch and args.closed != "lease10":
         ap.error("--switch fits on lease 10's rows (--closed lease10)")
+    held_terms = tuple(t for t in args.hold.split(",") if t)
+    if held_terms and (not args.switch or set(held_terms) - set(TERMS)):
+        ap.error(f"--hold takes --switch and terms among {TERMS}")
     if args.export:
         export()
         return
@@ -122,7 +129,7 @@ def main() -> None:
     digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
-    terms = (*TERMS, "cpu_switch_per_req_s") if args.switch else TERMS
+    terms = (*(t for t in TERMS if t not in held_terms), "cpu_switch_per_req_s") if args.switch else TERMS
     start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
     t0 = time.perf_counter()
     refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev)
@@ -151,7 +158,8 @@ def main() -> None:
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
-        kind = "closed" if args.closed == "lease4" else "switch" if args.switch else "frozen"
+        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch
+                else "switch-held" if held_terms else "switch")
         out = HERE / f"{hw.name}-{refit.engine_version}-{kind}.yaml"
         refit.save(out)
         print(f"wrote {out.relative_to(ROOT)} ({refit.id})")

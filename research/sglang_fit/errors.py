@@ -1,0 +1,63 @@
+"""Each calibration's errors on every row of a lease: throughput, TPOT p50 and TTFT p50, sim beside real.
+
+    python3 research/sglang_fit/errors.py ROWS.jsonl ... [--candidates FILE] [--calibration FILE ...]
+
+ROWS: driver rows (`rsi_env.real.sglang_driver`) or a promotion's ``real.jsonl`` (its lines turned into driver rows
+with the candidates file's workloads, `closed_loop.driver_rows`). Rows with server-argument overrides (an every-pass
+log) are left out. Per row, the sim's throughput and TPOT p50 over the real engine's, per calibration (the chip's
+shipped one first); then the MAPEs per calibration, as `rsi_env.calibrate.score.evaluate` counts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+from closed_loop import driver_rows
+from pick import ROOT
+
+from rsi_env.calibrate.report import mapes
+from rsi_env.calibrate.samples import samples_from_rows
+from rsi_env.calibrate.score import evaluate
+from rsi_env.engine.hardware import load_hardware
+from rsi_env.sim.calibration import Calibration
+from rsi_env.sim.sglang.simulate import sglang_calibration
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("rows", type=Path, nargs="+")
+    ap.add_argument("--candidates", type=Path, default=ROOT / "configs/eval/batching_sglang_h100_b.candidates.json")
+    ap.add_argument("--calibration", action="append", default=[], help="another calibration file for the sim")
+    ap.add_argument("--hardware", default="h100-sxm")
+    args = ap.parse_args()
+    doc = json.loads(args.candidates.read_text())
+    names = {json.dumps(e["flags"], sort_keys=True): e["name"] for e in [doc["defaults"], *doc["candidates"]]}
+    lines = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
+    rows = [r for x in lines for r in (driver_rows(x, doc) if isinstance(x.get("telemetry"), list) else [x])
+            if not r.get("server_arg_overrides")]
+    samples = samples_from_rows(rows, str(args.rows))
+    hw = load_hardware(args.hardware)
+    cals: list[tuple[str, Calibration]] = [("shipped", sglang_calibration(hw.name))]
+    cals += [(Path(c).stem.removeprefix(f"{hw.name}-sglang-0.5-"),
+              Calibration.from_dict(yaml.safe_load(Path(c).read_text()))) for c in args.calibration]
+    errs = [(label, evaluate(samples, cal, hw)) for label, cal in cals]
+    print(f"{'configuration':44s} {'workload':11s} {'real tok/s':>10s} {'TPOT':>6s}  "
+          + "  ".join(f"{label[:8]:>8s} tok/s  TPOT" for label, _ in cals))
+    for i, s in enumerate(samples):
+        cfg = names.get(json.dumps(s.flags, sort_keys=True)) or json.dumps(s.flags, sort_keys=True)
+        cells = []
+        for _, e in errs:
+            p = e["per_sample"][i]
+            cells.append(f"{100 * (p['sim_tok_s'] / p['real_tok_s'] - 1):+13.1f}% "
+                         f"{100 * (p['sim_tpot_p50'] / p['real_tpot_p50'] - 1):+5.1f}%")
+        print(f"{cfg[:44]:44s} {s.workload.name:11s} {s.real.out_tok_per_s:10,.0f} {1e3 * s.real.tpot_p50:5.1f}ms  "
+              + "  ".join(cells))
+    for label, e in errs:
+        print(f"{label:10s} n={e['n']:2d} {mapes(e)}")
+
+
+if __name__ == "__main__":
+    main()
