@@ -10,13 +10,11 @@ shipped one first); then the MAPEs per calibration, as `rsi_env.calibrate.score.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import yaml
-from closed_loop import driver_rows
-from pick import ROOT
+from pick import flag_names, parser, read_rows
 
 from rsi_env.calibrate.report import mapes
 from rsi_env.calibrate.samples import samples_from_rows
@@ -27,17 +25,12 @@ from rsi_env.sim.sglang.simulate import sglang_calibration
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("rows", type=Path, nargs="+")
-    ap.add_argument("--candidates", type=Path, default=ROOT / "configs/eval/batching_sglang_h100_b.candidates.json")
-    ap.add_argument("--calibration", action="append", default=[], help="another calibration file for the sim")
+    ap = parser(__doc__)
     ap.add_argument("--hardware", default="h100-sxm")
     args = ap.parse_args()
     doc = json.loads(args.candidates.read_text())
-    names = {json.dumps(e["flags"], sort_keys=True): e["name"] for e in [doc["defaults"], *doc["candidates"]]}
-    lines = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
-    rows = [r for x in lines for r in (driver_rows(x, doc) if isinstance(x.get("telemetry"), list) else [x])
-            if not r.get("server_arg_overrides")]
+    names = flag_names(doc)
+    rows = [r for r in read_rows(args.rows, doc) if not r.get("server_arg_overrides")]
     samples = samples_from_rows(rows, str(args.rows))
     hw = load_hardware(args.hardware)
     cals: list[tuple[str, Calibration]] = [("shipped", sglang_calibration(hw.name))]

@@ -34,6 +34,26 @@ from rsi_env.sim.sglang import simulate_sglang_detailed
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments pick.py, repeat.py and errors.py share: row files, the candidates file, more calibrations."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("rows", type=Path, nargs="+")
+    ap.add_argument("--candidates", type=Path, default=ROOT / "configs/eval/batching_sglang_h100_b.candidates.json")
+    ap.add_argument("--calibration", action="append", default=[], help="another calibration file for the sim")
+    return ap
+
+
+def read_rows(paths: list[Path], doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Driver rows from files of driver rows or of a promotion's lines (each made one row per workload of ``doc``)."""
+    lines = [json.loads(line) for f in paths for line in f.read_text().splitlines() if line.strip()]
+    return [r for x in lines for r in (driver_rows(x, doc) if isinstance(x.get("telemetry"), list) else [x])]
+
+
+def flag_names(doc: dict[str, Any]) -> dict[str, str]:
+    """A candidates file's configurations by their flags (sorted JSON) -> name."""
+    return {json.dumps(e["flags"], sort_keys=True): e["name"] for e in [doc["defaults"], *doc["candidates"]]}
+
+
 def starts(rows: list[dict[str, Any]], names: dict[str, str], workloads: list[str]) -> list[tuple[str, dict]]:
     """(configuration, {workload: Telemetry}) per start, in the order measured; a start is one row per workload."""
     out: list[tuple[str, dict]] = []
@@ -62,20 +82,13 @@ def pct(x: float) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("rows", type=Path, nargs="+")
-    ap.add_argument("--candidates", type=Path, default=ROOT / "configs/eval/batching_sglang_h100_b.candidates.json")
-    ap.add_argument("--calibration", action="append", default=[], help="another calibration file for the sim")
-    args = ap.parse_args()
+    args = parser(__doc__).parse_args()
     doc = json.loads(args.candidates.read_text())
     task = load_task(doc["env"])
     wls = [Workload.from_dict(w) for w in doc["workloads"]]
     wnames = [w.name for w in wls]
     entries = [doc["defaults"], *doc["candidates"]]
-    names = {json.dumps(e["flags"], sort_keys=True): e["name"] for e in entries}
-    lines = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
-    rows = [r for x in lines for r in (driver_rows(x, doc) if isinstance(x.get("telemetry"), list) else [x])]
-    measured = starts(rows, names, wnames)
+    measured = starts(read_rows(args.rows, doc), flag_names(doc), wnames)
     order = [e["name"] for e in entries if any(n == e["name"] for n, _ in measured)]
     base = {w: statistics.fmean(adjusted_value(t[w], task) for n, t in measured if n == "defaults") for w in wnames}
     print(f"{len(measured)} starts; the defaults' mean objective: "

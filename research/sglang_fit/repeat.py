@@ -12,13 +12,11 @@ than SGLang's repeat error; this prints the two side by side, per row and as mea
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
 
-from closed_loop import driver_rows
-from pick import ROOT, starts
+from pick import flag_names, parser, read_rows, starts
 
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.sglang import simulate_sglang_detailed
@@ -27,18 +25,11 @@ METRICS = (("out_tok_per_s", "tok/s"), ("ttft_p50", "TTFT"), ("tpot_p50", "TPOT"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("rows", type=Path, nargs="+")
-    ap.add_argument("--candidates", type=Path, default=ROOT / "configs/eval/batching_sglang_h100_b.candidates.json")
-    ap.add_argument("--calibration", action="append", default=[], help="another calibration file for the sim")
-    args = ap.parse_args()
+    args = parser(__doc__).parse_args()
     doc = json.loads(args.candidates.read_text())
     wls = [Workload.from_dict(w) for w in doc["workloads"]]
     entries = [doc["defaults"], *doc["candidates"]]
-    names = {json.dumps(e["flags"], sort_keys=True): e["name"] for e in entries}
-    lines = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
-    rows = [r for x in lines for r in (driver_rows(x, doc) if isinstance(x.get("telemetry"), list) else [x])]
-    measured = starts(rows, names, [w.name for w in wls])
+    measured = starts(read_rows(args.rows, doc), flag_names(doc), [w.name for w in wls])
     cals: list[str | None] = [None, *args.calibration]
     labels = ["real"] + [f"sim {Path(c).stem.removeprefix('h100-sxm-sglang-0.5-')[:8]}" if c else "sim shipped"
                          for c in cals]
