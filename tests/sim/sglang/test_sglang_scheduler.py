@@ -21,6 +21,7 @@ from rsi_env.sim.sglang.policy import SchedulePolicy
 from rsi_env.sim.sglang.radix import RadixCache
 from rsi_env.sim.sglang.request import Req
 from rsi_env.sim.sglang.scheduler import SglangScheduler
+from rsi_env.sim.sglang.simulate import sglang_calibration
 from rsi_env.sim.sglang.sizing import SglangPlan, plan_sglang
 
 MODEL, HW = "llama-3.1-8b", "h100-sxm"
@@ -246,7 +247,7 @@ def test_a_prefill_after_a_decode_waits_for_its_scheduling_among_the_running_req
     spec, hw = load_model(MODEL), load_hardware(HW)
     plan = plan_for(cfg)
     shipped = load_calibration(hw.name, "0.26")
-    assert shipped.cpu_switch_per_req_s == 0.0
+    assert shipped.cpu_switch_per_req_s == 0.0 and sglang_calibration(hw.name).cpu_switch_per_req_s == 0.0
     passes: list[tuple[bool, int, bool, float]] = []
 
     class Recording(SglangEngineSim):
