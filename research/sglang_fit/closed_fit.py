@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 from closed_loop import EVAL, TERMS, closed_loop_rows
+from pick import flag_names
 
 from rsi_env.calibrate.report import errors, fitted_at, mapes, named
 from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
@@ -69,8 +70,7 @@ def lease2_files(train: bool) -> list[str]:
 def lease10(names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Lease 10's rows of batching_sglang_h100_b's configurations ``names`` (the every-pass log left out)."""
     doc = json.loads((ROOT / "configs/eval/batching_sglang_h100_b.candidates.json").read_text())
-    flags = [json.dumps(e["flags"], sort_keys=True) for e in [doc["defaults"], *doc["candidates"]]
-             if e["name"] in names]
+    flags = {k for k, name in flag_names(doc).items() if name in names}
     rows = [json.loads(x) for x in LEASE10.read_text().splitlines() if x.strip()]
     return [r for r in rows if not r.get("server_arg_overrides") and json.dumps(r["flags"], sort_keys=True) in flags]
 

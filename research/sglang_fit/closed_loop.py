@@ -62,6 +62,7 @@ def closed_loop_rows(names: tuple[str, ...], evaluation: str = EVAL) -> list[dic
             out += driver_rows(r, doc)
     return out
 
+
 def ranking(cal: Calibration) -> dict[str, dict[str, float]]:
     """The Batching task's score (%, over SGLang's defaults) of each measured lease-4 configuration, sim and real."""
     doc = json.loads((ROOT / f"configs/eval/{EVAL}.candidates.json").read_text())

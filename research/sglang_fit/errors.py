@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 from pick import flag_names, parser, read_rows
 
 from rsi_env.calibrate.report import mapes
@@ -34,13 +33,14 @@ def main() -> None:
     samples = samples_from_rows(rows, str(args.rows))
     hw = load_hardware(args.hardware)
     cals: list[tuple[str, Calibration]] = [("shipped", sglang_calibration(hw.name))]
-    cals += [(Path(c).stem.removeprefix(f"{hw.name}-sglang-0.5-"),
-              Calibration.from_dict(yaml.safe_load(Path(c).read_text()))) for c in args.calibration]
+    cals += [(Path(c).stem.removeprefix(f"{hw.name}-sglang-0.5-"), sglang_calibration(hw.name, c))
+             for c in args.calibration]
     errs = [(label, evaluate(samples, cal, hw)) for label, cal in cals]
     print(f"{'configuration':44s} {'workload':11s} {'real tok/s':>10s} {'TPOT':>6s}  "
           + "  ".join(f"{label[:8]:>8s} tok/s  TPOT" for label, _ in cals))
     for i, s in enumerate(samples):
-        cfg = names.get(json.dumps(s.flags, sort_keys=True)) or json.dumps(s.flags, sort_keys=True)
+        key = json.dumps(s.flags, sort_keys=True)
+        cfg = names.get(key, key)
         cells = []
         for _, e in errs:
             p = e["per_sample"][i]
