@@ -2,7 +2,7 @@
 fit has seen.
 
     python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch [--hold T,...]] [--max-nfev 16]
-        [--write]
+        [--eager] [--write]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -23,6 +23,12 @@ decode (`rsi_env.sim.sglang.engine`), warm-started at SWITCH0, what SGLang's clo
 research/sglang_fit/h100-sxm-sglang-0.5-switch.yaml. `--hold uncaptured_layer_s,frontend_s` keeps those terms at the
 shipped values (no training row decodes above its largest CUDA graph; the switch fit drove both to their bounds);
 written to research/sglang_fit/h100-sxm-sglang-0.5-switch-held.yaml.
+
+`--eager` (research/plans/sglang_lease12.md, set before this fit): `--switch` with ``uncaptured_layer_s`` fitted too,
+warm-started at the switch-held refit, and two more configurations' rows in training, both of lease 11 (collector
+frozen) and both with passes outside any CUDA graph: d's c3 (decode batches above its largest graph) and d's c2
+(prefills without chunking). Lease 11's d c1 and h4-h7 and lease 4's rows (c1 and c2 without chunking, c3 decoding
+above its graphs) are held out beside the others; written to research/sglang_fit/h100-sxm-sglang-0.5-eager.yaml.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import Any
 
 import yaml
 from closed_loop import EVAL, TERMS, closed_loop_rows
-from pick import flag_names
+from pick import flag_names, read_rows
 
 from rsi_env.calibrate.report import errors, fitted_at, mapes, named
 from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
@@ -51,6 +57,8 @@ LEASE2 = ROOT / "data/sglang/0.5.17-h100/lease2"
 LEASE5 = HERE / "rows/lease5-many_small.jsonl"
 LEASE8 = ROOT / "data/sglang/0.5.17-h100/lease8/heldout.jsonl"
 LEASE10 = ROOT / "data/sglang/0.5.17-h100/lease10/rows.jsonl"
+LEASE11 = ROOT / "data/sglang/0.5.17-h100/lease11"
+LEASE11_PROMOTIONS = (LEASE11 / "r1.jsonl", LEASE11 / "r2.jsonl")  # batching_sglang_h100_d promoted twice
 CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop rows, one driver-form line per workload
 EXPORTS = {"lease4.jsonl": (EVAL, ("defaults", "c1", "c2", "c3")),
            "lease7.jsonl": ("batching_sglang_h100_b", ("defaults", "c1"))}
@@ -75,19 +83,38 @@ def lease10(names: tuple[str, ...]) -> list[dict[str, Any]]:
     return [r for r in rows if not r.get("server_arg_overrides") and json.dumps(r["flags"], sort_keys=True) in flags]
 
 
-def sets(closed: str) -> dict[str, list[Sample]]:
+def lease11(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Lease 11's promotion rows of batching_sglang_h100_d's configurations ``names``, one per (start, workload)."""
+    doc = json.loads((HERE / "frozen_search/candidates.json").read_text())
+    flags = {k for k, name in flag_names(doc).items() if name in names}
+    return [r for r in read_rows(list(LEASE11_PROMOTIONS), doc) if json.dumps(r["flags"], sort_keys=True) in flags]
+
+
+def closed_train_rows(eager: bool) -> list[dict[str, Any]]:
+    """Lease 10's defaults and c2 (and, ``eager``, lease 11's d c2 and c3): the closed-loop training rows."""
+    return lease10(("defaults", "c2")) + (lease11(("c2", "c3")) if eager else [])
+
+
+def sets(closed: str, eager: bool = False) -> dict[str, list[Sample]]:
     """The training sets (``open_train``, ``closed_train``) and the held-out ones, ``closed`` naming the closed-loop
-    training rows (lease 4's or lease 10's)."""
+    training rows (lease 4's or lease 10's; ``eager`` adds lease 11's d c2 and c3 to lease 10's)."""
     out = {"open_train": load_samples(lease2_files(True))}
     if closed == "lease4":
         out["closed_train"] = load_samples([CLOSED / "lease4.jsonl"])
     else:
-        out["closed_train"] = samples_from_rows(lease10(("defaults", "c2")), "lease 10's defaults and c2")
+        out["closed_train"] = samples_from_rows(closed_train_rows(eager), "lease 10's defaults and c2"
+                                                + (", lease 11's d c2 and c3" if eager else ""))
         out["closed_held_l10"] = samples_from_rows(lease10(("c1",)), "lease 10's c1")
-    return {**out, "open_held": load_samples(lease2_files(False)),
+    out |= {"open_held": load_samples(lease2_files(False)),
             "closed_held_l8": load_samples([LEASE8]),
             "closed_held_l7": load_samples([CLOSED / "lease7.jsonl"]),
             "closed_held_l5": load_samples([LEASE5])}
+    if eager:
+        out["closed_held_l11"] = samples_from_rows(lease11(("defaults", "c1")) + [
+            r for r in read_rows([LEASE11 / "rows.jsonl"], {}) if not r.get("server_arg_overrides")],
+            "lease 11's d defaults and c1, h4-h7")
+        out["closed_held_l4"] = load_samples([CLOSED / "lease4.jsonl"])
+    return out
 
 
 def export() -> None:
@@ -106,31 +133,38 @@ def main() -> None:
                     help="the closed-loop training rows")
     ap.add_argument("--switch", action="store_true", help="fit cpu_switch_per_req_s too (lease 10's rows)")
     ap.add_argument("--hold", default="", help="with --switch: comma-separated terms kept at the shipped values")
+    ap.add_argument("--eager", action="store_true",
+                    help="with --switch: fit uncaptured_layer_s on lease 11's d c2 and c3 too")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
     args = ap.parse_args()
     if args.switch and args.closed != "lease10":
         ap.error("--switch fits on lease 10's rows (--closed lease10)")
+    if args.eager and not args.switch:
+        ap.error("--eager takes --switch")
     held_terms = tuple(t for t in args.hold.split(",") if t)
     if held_terms and (not args.switch or set(held_terms) - set(TERMS)):
         ap.error(f"--hold takes --switch and terms among {TERMS}")
     if args.export:
         export()
         return
-    s = sets(args.closed)
+    s = sets(args.closed, args.eager)
     if args.closed == "lease4":
         train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
         texts = [Path(f).read_text() for f in train_files]
     else:  # lease 10's file holds held-out rows too: the digest is of the rows that trained
         train_files = [*lease2_files(True), f"{LEASE10} (defaults and c2)"]
+        train_files += [f"{f} (d c2 and c3)" for f in LEASE11_PROMOTIONS] if args.eager else []
         texts = [*(Path(f).read_text() for f in lease2_files(True)),
-                 "".join(json.dumps(r) + "\n" for r in lease10(("defaults", "c2")))]
+                 "".join(json.dumps(r) + "\n" for r in closed_train_rows(args.eager))]
     digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
     terms = (*(t for t in TERMS if t not in held_terms), "cpu_switch_per_req_s") if args.switch else TERMS
     start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
+    if args.eager:  # from the switch-held refit, whose terms the eager fit frees but uncaptured_layer_s
+        start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
     t0 = time.perf_counter()
     refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev)
     print(f"fit: {time.perf_counter() - t0:.0f} s")
@@ -154,11 +188,14 @@ def main() -> None:
             "n_held_out": len(held),
             "held_out_measurements": [str(Path(f).relative_to(ROOT)) for f in (
                 *lease2_files(False), LEASE8, CLOSED / "lease7.jsonl", LEASE5)]
-            + ([f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else []),
+            + ([f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else [])
+            + ([f"{f.relative_to(ROOT)} (d defaults and c1)" for f in LEASE11_PROMOTIONS]
+               + [str((LEASE11 / "rows.jsonl").relative_to(ROOT)), str((CLOSED / "lease4.jsonl").relative_to(ROOT))]
+               if args.eager else []),
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
-        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch
+        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch else "eager" if args.eager
                 else "switch-held" if held_terms else "switch")
         out = HERE / f"{hw.name}-{refit.engine_version}-{kind}.yaml"
         refit.save(out)
