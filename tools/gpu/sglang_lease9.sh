@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang leases 8-11 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease11.md), run on
+# SGLang leases 8-12 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease12.md), run on
 # the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
 # device returns no more).
 #
@@ -7,6 +7,7 @@
 #
 # SECONDS: what this call may still spend. STEP, in the order given, each one engine start, only while 110 s are left:
 #   h4 h5 h6 h7   held-out configurations on Batching-v0's two workloads (closed loop, 256 users) -> rows.jsonl
+#   e1 e2 e3 e4   lease 12's held-out configurations, passes outside any CUDA graph (the same) -> rows.jsonl
 #   passes        the defaults on many_small logging every decode pass (decode_log_interval 1) -> rows.jsonl
 #   MODE:NAME     the configuration NAME (defaults, c1, c2, ...) of PLAN's candidates on both workloads, the driver's
 #                 garbage collector MODE (live or frozen: `rsi_env.real.gc_pauses`) -> rows.jsonl
@@ -61,6 +62,11 @@ for step in "$@"; do
     h5) drive h5 "${both[@]}" --set schedule_conservativeness=0.3 --set cuda_graph_max_bs=160 ;;
     h6) drive h6 "${both[@]}" --set chunked_prefill_size=2048 --set max_prefill_tokens=4096 ;;
     h7) drive h7 "${both[@]}" --set page_size=16 --set schedule_policy=lpm ;;
+    e1) drive e1 "${both[@]}" --set cuda_graph_max_bs=96 ;;
+    e2) drive e2 "${both[@]}" --set max_running_requests=96 --set cuda_graph_max_bs=48 --set chunked_prefill_size=2048 ;;
+    e3) drive e3 "${both[@]}" --set chunked_prefill_size=-1 --set max_running_requests=192 ;;
+    e4) drive e4 "${both[@]}" --set cuda_graph_max_bs=200 --set chunked_prefill_size=4096 \
+          --set schedule_conservativeness=0.8 ;;
     passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc live ;;
     passes-frozen) drive "$step" --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc frozen ;;
     live:*|frozen:*)
