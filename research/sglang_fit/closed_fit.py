@@ -27,8 +27,10 @@ written to research/sglang_fit/h100-sxm-sglang-0.5-switch-held.yaml.
 `--eager` (research/plans/sglang_lease12.md, set before this fit): `--switch` with ``uncaptured_layer_s`` fitted too,
 warm-started at the switch-held refit, and two more configurations' rows in training, both of lease 11 (collector
 frozen) and both with passes outside any CUDA graph: d's c3 (decode batches above its largest graph) and d's c2
-(prefills without chunking). Lease 11's d c1 and h4-h7 and lease 4's rows (c1 and c2 without chunking, c3 decoding
-above its graphs) are held out beside the others; written to research/sglang_fit/h100-sxm-sglang-0.5-eager.yaml.
+(prefills without chunking). Lease 11's d c1 and h4-h7 and lease 4's rows (c1 and c2 without chunking, c3
+decoding above its graphs) are held out beside the others; written to
+research/sglang_fit/h100-sxm-sglang-0.5-eager.yaml. Its rows are read from the files `--export` writes (the same
+rows, one driver-form line per workload), which its provenance names.
 """
 
 from __future__ import annotations
@@ -90,9 +92,16 @@ def lease11(names: tuple[str, ...]) -> list[dict[str, Any]]:
     return [r for r in read_rows(list(LEASE11_PROMOTIONS), doc) if json.dumps(r["flags"], sort_keys=True) in flags]
 
 
-def closed_train_rows(eager: bool) -> list[dict[str, Any]]:
-    """Lease 10's defaults and c2 (and, ``eager``, lease 11's d c2 and c3): the closed-loop training rows."""
-    return lease10(("defaults", "c2")) + (lease11(("c2", "c3")) if eager else [])
+def lease11_held_rows() -> list[dict[str, Any]]:
+    """Lease 11's rows of configurations no fit trains on: batching_sglang_h100_d's c1, lease 8's h4-h7 frozen (its
+    defaults' rows are neither: their configuration trains)."""
+    return lease11(("c1",)) + [r for r in read_rows([LEASE11 / "rows.jsonl"], {}) if not r.get("server_arg_overrides")]
+
+
+# The eager fit's lease 10 and 11 rows as files of their own (`export`): training, then held out.
+EAGER_TRAIN = {"lease10-train.jsonl": lambda: lease10(("defaults", "c2")),
+               "lease11-train.jsonl": lambda: lease11(("c2", "c3"))}
+EAGER_HELD = {"lease10-c1.jsonl": lambda: lease10(("c1",)), "lease11-held.jsonl": lease11_held_rows}
 
 
 def sets(closed: str, eager: bool = False) -> dict[str, list[Sample]]:
@@ -101,18 +110,18 @@ def sets(closed: str, eager: bool = False) -> dict[str, list[Sample]]:
     out = {"open_train": load_samples(lease2_files(True))}
     if closed == "lease4":
         out["closed_train"] = load_samples([CLOSED / "lease4.jsonl"])
+    elif eager:
+        out["closed_train"] = load_samples([CLOSED / f for f in EAGER_TRAIN])
+        out["closed_held_l10"] = load_samples([CLOSED / "lease10-c1.jsonl"])
     else:
-        out["closed_train"] = samples_from_rows(closed_train_rows(eager), "lease 10's defaults and c2"
-                                                + (", lease 11's d c2 and c3" if eager else ""))
+        out["closed_train"] = samples_from_rows(lease10(("defaults", "c2")), "lease 10's defaults and c2")
         out["closed_held_l10"] = samples_from_rows(lease10(("c1",)), "lease 10's c1")
     out |= {"open_held": load_samples(lease2_files(False)),
             "closed_held_l8": load_samples([LEASE8]),
             "closed_held_l7": load_samples([CLOSED / "lease7.jsonl"]),
             "closed_held_l5": load_samples([LEASE5])}
     if eager:
-        out["closed_held_l11"] = samples_from_rows(lease11(("defaults", "c1")) + [
-            r for r in read_rows([LEASE11 / "rows.jsonl"], {}) if not r.get("server_arg_overrides")],
-            "lease 11's d defaults and c1, h4-h7")
+        out["closed_held_l11"] = load_samples([CLOSED / "lease11-held.jsonl"])
         out["closed_held_l4"] = load_samples([CLOSED / "lease4.jsonl"])
     return out
 
@@ -121,8 +130,9 @@ def export() -> None:
     """Write the evaluations' closed-loop rows in the driver's form (what `load_samples` and a calibration's
     provenance name), one line per (configuration, workload)."""
     CLOSED.mkdir(parents=True, exist_ok=True)
-    for name, (evaluation, configs) in EXPORTS.items():
-        rows = closed_loop_rows(configs, evaluation)
+    files = {name: lambda e=evaluation, c=configs: closed_loop_rows(c, e) for name, (evaluation, configs) in EXPORTS.items()}
+    for name, make in {**files, **EAGER_TRAIN, **EAGER_HELD}.items():
+        rows = make()
         (CLOSED / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"wrote {len(rows)} rows to {(CLOSED / name).relative_to(ROOT)}")
 
@@ -153,11 +163,13 @@ def main() -> None:
     if args.closed == "lease4":
         train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
         texts = [Path(f).read_text() for f in train_files]
+    elif args.eager:
+        train_files = [*lease2_files(True), *(str(CLOSED / f) for f in EAGER_TRAIN)]
+        texts = [Path(f).read_text() for f in train_files]
     else:  # lease 10's file holds held-out rows too: the digest is of the rows that trained
         train_files = [*lease2_files(True), f"{LEASE10} (defaults and c2)"]
-        train_files += [f"{f} (d c2 and c3)" for f in LEASE11_PROMOTIONS] if args.eager else []
         texts = [*(Path(f).read_text() for f in lease2_files(True)),
-                 "".join(json.dumps(r) + "\n" for r in closed_train_rows(args.eager))]
+                 "".join(json.dumps(r) + "\n" for r in lease10(("defaults", "c2")))]
     digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
@@ -188,10 +200,8 @@ def main() -> None:
             "n_held_out": len(held),
             "held_out_measurements": [str(Path(f).relative_to(ROOT)) for f in (
                 *lease2_files(False), LEASE8, CLOSED / "lease7.jsonl", LEASE5)]
-            + ([f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else [])
-            + ([f"{f.relative_to(ROOT)} (d defaults and c1)" for f in LEASE11_PROMOTIONS]
-               + [str((LEASE11 / "rows.jsonl").relative_to(ROOT)), str((CLOSED / "lease4.jsonl").relative_to(ROOT))]
-               if args.eager else []),
+            + ([str((CLOSED / f).relative_to(ROOT)) for f in (*EAGER_HELD, "lease4.jsonl")] if args.eager
+               else [f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else []),
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
