@@ -175,7 +175,7 @@ def main() -> None:
     shipped = sglang_calibration(hw.name)
     terms = (*(t for t in TERMS if t not in held_terms), "cpu_switch_per_req_s") if args.switch else TERMS
     start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
-    if args.eager:  # from the switch-held refit, whose terms the eager fit frees but uncaptured_layer_s
+    if args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row there held)
         start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
     t0 = time.perf_counter()
     refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev)
