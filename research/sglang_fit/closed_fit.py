@@ -199,7 +199,7 @@ def main() -> None:
             "measurements_sha256_12": digest, "n_train": len(s["open_train"]) + len(s["closed_train"]),
             "n_held_out": len(held),
             "held_out_measurements": [str(Path(f).relative_to(ROOT)) for f in (
-                *lease2_files(False), LEASE8, CLOSED / "lease7.jsonl", LEASE5)]
+                *lease2_files(False), *map(str, (LEASE8, CLOSED / "lease7.jsonl", LEASE5)))]
             + ([str((CLOSED / f).relative_to(ROOT)) for f in (*EAGER_HELD, "lease4.jsonl")] if args.eager
                else [f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else []),
             "held_out_error": errors(evaluate(held, refit, hw)),
