@@ -4,7 +4,10 @@
 SGLang's flag families (``engine="sglang"``: its flags, defaults and simulator), drawn the same way.
 ``rsi-bench-v3`` is v1 plus SGLang's flag families drawn again on SGLang's simulator as it now prices a prefill pass
 (CUDA graphs up to the chunk size only) with the H100 coefficients refitted for it: v2's SGLang ceilings were found
-on the simulator before, so v2 reports calibration drift on this install.
+on the simulator before, so v2 reports calibration drift on this install. ``rsi-bench-v4`` is v1 plus SGLang's flag
+families drawn again with the H100 coefficients refitted with SGLang's passes outside any CUDA graph in training (a
+decode batch above ``cuda_graph_max_bs``, a prefill without chunking) and the decode-to-prefill switch priced: v3's
+SGLang ceilings were found with the coefficients before, so v3 reports calibration drift on this install.
 
 Three fronts, as the field's benchmarks split inference engineering:
 
@@ -85,7 +88,7 @@ _SGLANG_GRID: dict[str, dict[str, Any]] = {
                        "extra": [{"engine": "sglang"}]},
 }
 # A later suite keeps its base's frozen instances verbatim (ids, ceilings, difficulties) and adds its own candidates.
-SUITE_BASES = {"rsi-bench-v2": "rsi-bench-v1", "rsi-bench-v3": "rsi-bench-v1"}
+SUITE_BASES = {"rsi-bench-v2": "rsi-bench-v1", "rsi-bench-v3": "rsi-bench-v1", "rsi-bench-v4": "rsi-bench-v1"}
 # The Scheduler: models on the task's chip, over the task's workload sets, seeds for the workloads' draws.
 # Scheduler-v1 on its H200 and v0's L4 setting (variant l4), each over its workload sets and seeds.
 _SCHEDULER = ({"mixes": (("bursty_chat_h200", "mixed_rag_h200"), ("bursty_chat_h200",), ("mixed_rag_h200",))},
@@ -159,6 +162,6 @@ def candidates(suite: str = "rsi-bench-v1") -> list[Candidate]:
     """Every candidate ``suite`` adds to its base (`SUITE_BASES`; v1 has none), flag families first."""
     if suite == "rsi-bench-v1":
         return flag_candidates() + code_candidates()
-    if suite in ("rsi-bench-v2", "rsi-bench-v3"):
+    if suite in SUITE_BASES:
         return flag_candidates(_SGLANG_GRID)
-    raise SuiteError(f"no plan for suite {suite!r}; plans: ['rsi-bench-v1', 'rsi-bench-v2', 'rsi-bench-v3']")
+    raise SuiteError(f"no plan for suite {suite!r}; plans: {['rsi-bench-v1', *SUITE_BASES]}")

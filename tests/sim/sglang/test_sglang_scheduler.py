@@ -242,12 +242,12 @@ def test_the_overlap_loop_picks_the_next_pass_before_the_one_in_flight_ends():
 def test_a_prefill_after_a_decode_waits_for_its_scheduling_among_the_running_requests():
     """``cpu_switch_per_req_s``: a prefill pass whose predecessor was a decode costs that term per running request on
     top of its own price; a prefill after a prefill, and every decode, cost what they did. It is zero in a
-    calibration that does not fit it, so such a run is priced as it was."""
+    calibration that does not fit it (vLLM's), so such a run is priced as it was; SGLang's H100 fit holds it."""
     cfg = SglangConfig()
     spec, hw = load_model(MODEL), load_hardware(HW)
     plan = plan_for(cfg)
     shipped = load_calibration(hw.name, "0.26")
-    assert shipped.cpu_switch_per_req_s == 0.0 and sglang_calibration(hw.name).cpu_switch_per_req_s == 0.0
+    assert shipped.cpu_switch_per_req_s == 0.0 and sglang_calibration(hw.name).cpu_switch_per_req_s > 0.0
     passes: list[tuple[bool, int, bool, float]] = []
 
     class Recording(SglangEngineSim):
