@@ -77,19 +77,21 @@ def lease2_files(train: bool) -> list[str]:
     return sorted(str(f) for n, f in files.items() if (roles[n] in TRAIN_ROLES if train else roles[n] == "held_out"))
 
 
-def lease10(names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Lease 10's rows of batching_sglang_h100_b's configurations ``names`` (the every-pass log left out)."""
-    doc = json.loads((ROOT / "configs/eval/batching_sglang_h100_b.candidates.json").read_text())
-    flags = {k for k, name in flag_names(doc).items() if name in names}
-    rows = [json.loads(x) for x in LEASE10.read_text().splitlines() if x.strip()]
+def of_configs(rows: list[dict[str, Any]], candidates: Path, names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The driver rows of the candidates file's configurations ``names`` (an every-pass log left out)."""
+    flags = {k for k, name in flag_names(json.loads(candidates.read_text())).items() if name in names}
     return [r for r in rows if not r.get("server_arg_overrides") and json.dumps(r["flags"], sort_keys=True) in flags]
+
+
+def lease10(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Lease 10's rows of batching_sglang_h100_b's configurations ``names``."""
+    return of_configs(read_rows([LEASE10], {}), ROOT / "configs/eval/batching_sglang_h100_b.candidates.json", names)
 
 
 def lease11(names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Lease 11's promotion rows of batching_sglang_h100_d's configurations ``names``, one per (start, workload)."""
-    doc = json.loads((HERE / "frozen_search/candidates.json").read_text())
-    flags = {k for k, name in flag_names(doc).items() if name in names}
-    return [r for r in read_rows(list(LEASE11_PROMOTIONS), doc) if json.dumps(r["flags"], sort_keys=True) in flags]
+    candidates = HERE / "frozen_search/candidates.json"
+    return of_configs(read_rows(list(LEASE11_PROMOTIONS), json.loads(candidates.read_text())), candidates, names)
 
 
 def lease11_held_rows() -> list[dict[str, Any]]:
@@ -130,9 +132,9 @@ def export() -> None:
     """Write the evaluations' closed-loop rows in the driver's form (what `load_samples` and a calibration's
     provenance name), one line per (configuration, workload)."""
     CLOSED.mkdir(parents=True, exist_ok=True)
-    files = {name: lambda e=evaluation, c=configs: closed_loop_rows(c, e) for name, (evaluation, configs) in EXPORTS.items()}
-    for name, make in {**files, **EAGER_TRAIN, **EAGER_HELD}.items():
-        rows = make()
+    made = {name: closed_loop_rows(configs, evaluation) for name, (evaluation, configs) in EXPORTS.items()}
+    made |= {name: make() for name, make in {**EAGER_TRAIN, **EAGER_HELD}.items()}
+    for name, rows in made.items():
         (CLOSED / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"wrote {len(rows)} rows to {(CLOSED / name).relative_to(ROOT)}")
 
