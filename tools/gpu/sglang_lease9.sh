@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang leases 8-12 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease12.md), run on
+# SGLang leases 8-13 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease13.md), run on
 # the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
 # device returns no more).
 #
@@ -9,8 +9,9 @@
 #   h4 h5 h6 h7   held-out configurations on Batching-v0's two workloads (closed loop, 256 users) -> rows.jsonl
 #   e1 e2 e3 e4   lease 12's held-out configurations, passes outside any CUDA graph (the same) -> rows.jsonl
 #   passes        the defaults on many_small logging every decode pass (decode_log_interval 1) -> rows.jsonl
-#   MODE:NAME     the configuration NAME (defaults, c1, c2, ...) of PLAN's candidates on both workloads, the driver's
-#                 garbage collector MODE (live or frozen: `rsi_env.real.gc_pauses`) -> rows.jsonl
+#   MODE:NAME     the configuration NAME (defaults, c1, c2, ...) of PLAN's candidates (CANDIDATES, env, names another
+#                 candidates file) on both workloads, the driver's garbage collector MODE (live or frozen:
+#                 `rsi_env.real.gc_pauses`) -> rows.jsonl
 #   passes-frozen the passes step with the collector frozen -> rows.jsonl
 #   rN            repeat N of the plan PLAN (env, default batching_sglang_h100_b): its defaults, c1 and c2 promoted
 #                 -> rN/real.jsonl; PROMOTE_PLAN (env) promotes that plan file instead, ONLY (env) names its
@@ -33,7 +34,7 @@ case "$name" in
 esac
 echo "card: $name -> $card" >> "$out/progress.txt"
 work=$(mktemp -d)
-python3 - "$work" "configs/eval/$plan.candidates.json" <<'PY'
+python3 - "$work" "${CANDIDATES:-configs/eval/$plan.candidates.json}" <<'PY'
 import json, sys, yaml
 doc = json.load(open(sys.argv[2]))
 for w in doc["workloads"]:
