@@ -134,6 +134,10 @@ def _run_one(entry: dict[str, Any], doc: dict[str, Any], plan: EvalPlan, hardwar
         "gpus": [g for g in gpus if g], "num_gpus": entry["num_gpus"], "hardware": hardware,
         "started": when, "wall_s": round(wall, 2), "gpu_s": round(wall * entry["num_gpus"], 2),
         "startup_s": next((r["startup_s"] for r in rows.values()), None),
+        # the machine that measured (CPU, GPUs, the CPU probe at its start) and the CPU probe right before each
+        # workload, as the driver's rows carry them: rows of one configuration from two hosts can be told apart
+        "host": next((r["host"] for r in rows.values() if r.get("host")), None),
+        "cpu_probe_ms": {w: r["counters"].get("cpu_probe_ms") for w, r in rows.items()},
         "engine": kind.name, "engine_version": tier.engine_version, "workloads": [w.name for w in workloads],
         "telemetry": [t.to_dict() for t in tels],
         "output_token_ids": {w: (r["counters"].get("output_token_ids") or {}) for w, r in rows.items()},

@@ -87,7 +87,8 @@ class FakeRealTier:
                 shift = 1 if cfg.kv_cache_dtype == "fp8" else 0
                 toks = {str(i): [(i * 7 + k + shift) % 50 for k in range(6)] for i in range(self.record_tokens)}
                 tels.append(t)
-                rows.append({"workload": w.name, "startup_s": 1.5, "counters": {"output_token_ids": toks},
+                rows.append({"workload": w.name, "startup_s": 1.5, "host": {"cpu": "stand-in", "cpu_probe_ms": 12.0},
+                             "counters": {"output_token_ids": toks, "cpu_probe_ms": 12.5},
                              "steps": {"t": [0.01, 0.02], "tokens": [len(toks), 1]}})
             self.last_rows = rows
             return tels

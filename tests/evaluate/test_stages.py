@@ -63,6 +63,9 @@ def test_promote_runs_on_two_gpus_in_parallel_and_appends(searched):
     assert all(r["error"] is None and r["gpu_s"] >= r["wall_s"] > 0 for r in rows)
     assert all(set(r["output_token_ids"]) == {w["name"] for w in doc["workloads"]} for r in rows)
     assert all(set(r["steps"]) == {w["name"] for w in doc["workloads"]} for r in rows)  # each workload's step trace
+    # the host that measured, and its CPU probe before each workload
+    assert all(r["host"]["cpu"] == "stand-in" and r["cpu_probe_ms"] == {w["name"]: 12.5 for w in doc["workloads"]}
+               for r in rows)
     # a second run measures nothing new: what is there is kept
     FakeRealTier.reset()
     assert len(run_promote(plan, gpus=["0", "1"])) == 6 and FakeRealTier.calls == []

@@ -86,6 +86,13 @@ def test_the_report_compares_sim_and_real(evaluated):
     assert [x.split(" |")[0] for x in md if x.startswith(("| defaults |", "| c"))][1:] == ["| defaults", "| c1", "| c2"]
 
 
+def test_each_promoted_row_names_its_host(evaluated):
+    plan, _ = evaluated
+    rows = read_results(plan)
+    assert rows and all(r["host"]["cpus"] > 0 and r["host"]["cpu_probe_ms"] > 0 for r in rows)
+    assert all(set(r["cpu_probe_ms"]) == set(r["workloads"]) and min(r["cpu_probe_ms"].values()) > 0 for r in rows)
+
+
 def test_no_engine_outlives_its_measurement(evaluated):
     assert len(TIERS) == 3
     assert all(t.last_pgid is not None and not group_members(t.last_pgid) for t in TIERS)
