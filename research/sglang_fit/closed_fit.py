@@ -2,7 +2,7 @@
 fit has seen.
 
     python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch [--hold T,...]] [--max-nfev 16]
-        [--eager] [--write]
+        [--eager [--small]] [--write]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -31,6 +31,12 @@ frozen) and both with passes outside any CUDA graph: d's c3 (decode batches abov
 decoding above its graphs) are held out beside the others; written to
 research/sglang_fit/h100-sxm-sglang-0.5-eager.yaml. Its rows are read from the files `--export` writes (the same
 rows, one driver-form line per workload), which its provenance names.
+
+`--small` (research/plans/sglang_lease13.md's addendum, set before this fit): `--eager`'s terms and rows plus lease
+13's c2 and c3 of batching_sglang_h100_e (closed loops of 64 and 32 running requests, the collector frozen; both
+promotions and the driver's starts) in training, warm-started at the catalog's calibration (the eager refit); lease
+13's e1-e4, defaults and c1 and lease 12's promotion held out beside the others; written to
+research/sglang_fit/h100-sxm-sglang-0.5-small.yaml.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ LEASE8 = ROOT / "data/sglang/0.5.17-h100/lease8/heldout.jsonl"
 LEASE10 = ROOT / "data/sglang/0.5.17-h100/lease10/rows.jsonl"
 LEASE11 = ROOT / "data/sglang/0.5.17-h100/lease11"
 LEASE11_PROMOTIONS = (LEASE11 / "r1.jsonl", LEASE11 / "r2.jsonl")  # batching_sglang_h100_d promoted twice
+LEASE12 = ROOT / "data/sglang/0.5.17-h100/lease12/r1.jsonl"  # batching_sglang_h100_e promoted once
+LEASE13 = ROOT / "data/sglang/0.5.17-h100/lease13"  # e promoted twice (r2, r3), rows.jsonl the driver's starts
 CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop rows, one driver-form line per workload
 EXPORTS = {"lease4.jsonl": (EVAL, ("defaults", "c1", "c2", "c3")),
            "lease7.jsonl": ("batching_sglang_h100_b", ("defaults", "c1"))}
@@ -100,20 +108,40 @@ def lease11_held_rows() -> list[dict[str, Any]]:
     return lease11(("c1",)) + [r for r in read_rows([LEASE11 / "rows.jsonl"], {}) if not r.get("server_arg_overrides")]
 
 
-# The eager fit's lease 10 and 11 rows as files of their own (`export`): training, then held out.
+def lease13(names: tuple[str, ...], others: bool = False) -> list[dict[str, Any]]:
+    """Lease 13's rows of batching_sglang_h100_e's configurations ``names`` (its promotions' and the driver's), with
+    ``others`` also the driver's rows of configurations not in that plan (e1-e4)."""
+    candidates = HERE / "eager_search/candidates.json"
+    doc = json.loads(candidates.read_text())
+    rows = read_rows([LEASE13 / "r2.jsonl", LEASE13 / "r3.jsonl", LEASE13 / "rows.jsonl"], doc)
+    plan = set(flag_names(doc))
+    return of_configs(rows, candidates, names) + [
+        r for r in rows if others and json.dumps(r["flags"], sort_keys=True) not in plan]
+
+
+def lease12_rows() -> list[dict[str, Any]]:
+    """Lease 12's promotion of batching_sglang_h100_e, one row per (configuration, workload)."""
+    return read_rows([LEASE12], json.loads((HERE / "eager_search/candidates.json").read_text()))
+
+
+# The eager fit's lease 10 and 11 rows as files of their own (`export`): training, then held out; and the small
+# fit's lease 12 and 13 rows.
 EAGER_TRAIN = {"lease10-train.jsonl": lambda: lease10(("defaults", "c2")),
                "lease11-train.jsonl": lambda: lease11(("c2", "c3"))}
 EAGER_HELD = {"lease10-c1.jsonl": lambda: lease10(("c1",)), "lease11-held.jsonl": lease11_held_rows}
+SMALL_TRAIN = {"lease13-train.jsonl": lambda: lease13(("c2", "c3"))}
+SMALL_HELD = {"lease13-held.jsonl": lambda: lease13(("defaults", "c1"), others=True), "lease12.jsonl": lease12_rows}
 
 
-def sets(closed: str, eager: bool = False) -> dict[str, list[Sample]]:
+def sets(closed: str, eager: bool = False, small: bool = False) -> dict[str, list[Sample]]:
     """The training sets (``open_train``, ``closed_train``) and the held-out ones, ``closed`` naming the closed-loop
-    training rows (lease 4's or lease 10's; ``eager`` adds lease 11's d c2 and c3 to lease 10's)."""
+    training rows (lease 4's or lease 10's; ``eager`` adds lease 11's d c2 and c3 to lease 10's, ``small`` lease 13's
+    c2 and c3 to those)."""
     out = {"open_train": load_samples(lease2_files(True))}
     if closed == "lease4":
         out["closed_train"] = load_samples([CLOSED / "lease4.jsonl"])
     elif eager:
-        out["closed_train"] = load_samples([CLOSED / f for f in EAGER_TRAIN])
+        out["closed_train"] = load_samples([CLOSED / f for f in (*EAGER_TRAIN, *(SMALL_TRAIN if small else ()))])
         out["closed_held_l10"] = load_samples([CLOSED / "lease10-c1.jsonl"])
     else:
         out["closed_train"] = samples_from_rows(lease10(("defaults", "c2")), "lease 10's defaults and c2")
@@ -125,6 +153,8 @@ def sets(closed: str, eager: bool = False) -> dict[str, list[Sample]]:
     if eager:
         out["closed_held_l11"] = load_samples([CLOSED / "lease11-held.jsonl"])
         out["closed_held_l4"] = load_samples([CLOSED / "lease4.jsonl"])
+        out["closed_held_l12"] = load_samples([CLOSED / "lease12.jsonl"])
+        out["closed_held_l13"] = load_samples([CLOSED / "lease13-held.jsonl"])
     return out
 
 
@@ -133,7 +163,7 @@ def export() -> None:
     provenance name), one line per (configuration, workload)."""
     CLOSED.mkdir(parents=True, exist_ok=True)
     made = {name: closed_loop_rows(configs, evaluation) for name, (evaluation, configs) in EXPORTS.items()}
-    made |= {name: make() for name, make in {**EAGER_TRAIN, **EAGER_HELD}.items()}
+    made |= {name: make() for name, make in {**EAGER_TRAIN, **EAGER_HELD, **SMALL_TRAIN, **SMALL_HELD}.items()}
     for name, rows in made.items():
         (CLOSED / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"wrote {len(rows)} rows to {(CLOSED / name).relative_to(ROOT)}")
@@ -147,6 +177,8 @@ def main() -> None:
     ap.add_argument("--hold", default="", help="with --switch: comma-separated terms kept at the shipped values")
     ap.add_argument("--eager", action="store_true",
                     help="with --switch: fit uncaptured_layer_s on lease 11's d c2 and c3 too")
+    ap.add_argument("--small", action="store_true",
+                    help="with --eager: lease 13's c2 and c3 train too, warm-started at the catalog's calibration")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
@@ -155,18 +187,21 @@ def main() -> None:
         ap.error("--switch fits on lease 10's rows (--closed lease10)")
     if args.eager and not args.switch:
         ap.error("--eager takes --switch")
+    if args.small and not args.eager:
+        ap.error("--small takes --eager")
     held_terms = tuple(t for t in args.hold.split(",") if t)
     if held_terms and (not args.switch or set(held_terms) - set(TERMS)):
         ap.error(f"--hold takes --switch and terms among {TERMS}")
     if args.export:
         export()
         return
-    s = sets(args.closed, args.eager)
+    s = sets(args.closed, args.eager, args.small)
     if args.closed == "lease4":
         train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
         texts = [Path(f).read_text() for f in train_files]
     elif args.eager:
-        train_files = [*lease2_files(True), *(str(CLOSED / f) for f in EAGER_TRAIN)]
+        train_files = [*lease2_files(True),
+                       *(str(CLOSED / f) for f in (*EAGER_TRAIN, *(SMALL_TRAIN if args.small else ())))]
         texts = [Path(f).read_text() for f in train_files]
     else:  # lease 10's file holds held-out rows too: the digest is of the rows that trained
         train_files = [*lease2_files(True), f"{LEASE10} (defaults and c2)"]
@@ -177,7 +212,9 @@ def main() -> None:
     shipped = sglang_calibration(hw.name)
     terms = (*(t for t in TERMS if t not in held_terms), "cpu_switch_per_req_s") if args.switch else TERMS
     start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
-    if args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row there held)
+    if args.small:  # warm start: the catalog's calibration, the eager refit
+        start = shipped
+    elif args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row held)
         start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
     t0 = time.perf_counter()
     refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev)
@@ -202,13 +239,13 @@ def main() -> None:
             "n_held_out": len(held),
             "held_out_measurements": [str(Path(f).relative_to(ROOT)) for f in (
                 *lease2_files(False), *map(str, (LEASE8, CLOSED / "lease7.jsonl", LEASE5)))]
-            + ([str((CLOSED / f).relative_to(ROOT)) for f in (*EAGER_HELD, "lease4.jsonl")] if args.eager
+            + ([str((CLOSED / f).relative_to(ROOT)) for f in (*EAGER_HELD, "lease4.jsonl", *SMALL_HELD)] if args.eager
                else [f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else []),
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
-        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch else "eager" if args.eager
-                else "switch-held" if held_terms else "switch")
+        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch else "small" if args.small
+                else "eager" if args.eager else "switch-held" if held_terms else "switch")
         out = HERE / f"{hw.name}-{refit.engine_version}-{kind}.yaml"
         refit.save(out)
         print(f"wrote {out.relative_to(ROOT)} ({refit.id})")
