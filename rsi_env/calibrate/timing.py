@@ -36,7 +36,7 @@ JIT_PAUSE_S = 0.4
 # Each timing term's physical bounds.
 BOUNDS = {
     "mm_eff": (0.2, 1.0), "mm_half_tokens": (1.0, 2048.0), "roofline_sharpness": (1.2, 12.0), "bw_eff": (0.3, 1.0),
-    "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0),
+    "attn_eff": (0.05, 1.0), "kv_bw_eff": (0.1, 1.0), "kv_shared_read": (1e-3, 1.0),
     "step_s": (1e-5, 5e-3), "per_req_s": (1e-8, 1e-4), "piecewise_layer_s": (1e-7, 2e-3),
     "eager_layer_s": (1e-6, 5e-4), "uncaptured_layer_s": (1e-6, 2e-3), "cpu_step_s": (1e-5, 2e-2),
     "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 5e-2),

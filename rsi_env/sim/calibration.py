@@ -45,6 +45,9 @@ class Calibration:
     bw_eff: float = 0.80          # weight streaming, fraction of peak bandwidth
     attn_eff: float = 0.45        # prefill attention FLOP/s, fraction of peak
     kv_bw_eff: float = 0.60       # paged KV-cache reads, fraction of peak bandwidth
+    kv_shared_read: float = 0.0   # SGLang's decode: fraction of a pass's repeated reads of a shared cached prefix's
+    #                               KV (one per request beyond the first) that cost no HBM traffic (a hit in the
+    #                               GPU's L2); 0 reads every request's whole context from HBM
     comm_eff: float = 0.70        # all-reduce bus bandwidth, fraction of the link's
     allreduce_s: float = 1.0e-5   # fixed cost of one all-reduce beyond the link latency (kernel, barrier)
     # Per-step overheads.

@@ -31,6 +31,7 @@ import numpy as np
 from rsi_env.engine.profile import PARTS, Profile
 from rsi_env.engine.workload import Trace
 from rsi_env.sim.cost import StepCost
+from rsi_env.sim.sglang.radix import repeated_path_tokens
 from rsi_env.sim.sglang.request import Req
 from rsi_env.sim.sglang.scheduler import Batch, SglangScheduler
 
@@ -157,4 +158,6 @@ class SglangEngineSim:
                                            False, new, parts)
         bs = len(batch.reqs)
         ctx = float(sum(r.kv + 1 for r in batch.reqs))
+        if cost.cal.kv_shared_read > 0.0:  # a shared prefix's KV read once from HBM, then from L2 (a fraction)
+            ctx -= cost.cal.kv_shared_read * repeated_path_tokens(r.last_node for r in batch.reqs)
         return cost.step_time(bs, bs, bs, ctx, 0.0, 0.0, True, 0, parts)

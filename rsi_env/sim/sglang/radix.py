@@ -17,11 +17,11 @@ Time is a counter of operations, not the wall clock, so a run is deterministic. 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from rsi_env.sim.sglang.kv_pool import TokenPool
 
-__all__ = ["RadixCache", "TreeNode", "common_prefix_len"]
+__all__ = ["RadixCache", "TreeNode", "common_prefix_len", "repeated_path_tokens"]
 
 
 class TreeNode:
@@ -39,6 +39,23 @@ class TreeNode:
 
     def __repr__(self) -> str:
         return f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref})"
+
+
+def repeated_path_tokens(nodes: Iterable[TreeNode | None]) -> int:
+    """Tokens on the nodes' paths from the root counted more than once: the sum of the paths' lengths less their
+    union's. A decode batch whose requests share a cached prefix reads those tokens' KV once per request; this is
+    how many of those reads repeat one already made in the same pass."""
+    seen: set[int] = set()
+    total = union = 0
+    for node in nodes:
+        while node is not None and node.parent is not None:  # the root holds no tokens
+            k = len(node.key)
+            total += k
+            if node.id not in seen:
+                seen.add(node.id)
+                union += k
+            node = node.parent
+    return total - union
 
 
 def common_prefix_len(a: tuple[int, ...], start: int, b: tuple[int, ...]) -> int:

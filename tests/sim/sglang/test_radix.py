@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsi_env.sim.sglang.kv_pool import TokenPool
-from rsi_env.sim.sglang.radix import RadixCache, TreeNode, common_prefix_len
+from rsi_env.sim.sglang.radix import RadixCache, TreeNode, common_prefix_len, repeated_path_tokens
 
 # Few distinct token ids, so random prompts share prefixes and the tree splits and merges paths.
 prompts = st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=24), min_size=1, max_size=30)
@@ -152,3 +152,19 @@ def test_common_prefix_len_is_the_shared_head(a, b, start):
     n = common_prefix_len(tuple(a), start, tuple(b))
     assert a[start:start + n] == b[:n]
     assert n == min(len(a) - start, len(b)) or a[start + n] != b[n]
+
+
+@settings(max_examples=150, deadline=None)
+@given(prompts, st.sampled_from([1, 2, 4]))
+def test_repeated_path_tokens_counts_each_shared_token_once_per_extra_path(tokens, page):
+    """Against a trie of the matched prefixes themselves, page by page (the tree shares whole pages): their lengths'
+    sum less a page for every distinct page-aligned prefix."""
+    cache = RadixCache(TokenPool(10_000, page))
+    for t in tokens:
+        cache.insert(t)
+    matched = [cache.match_prefix(t) for t in tokens]
+    distinct = {tuple(t[:k]) for t, (n, _) in zip(tokens, matched, strict=True) for k in range(page, n + 1, page)}
+    expected = sum(n for n, _ in matched) - page * len(distinct)
+    assert repeated_path_tokens(node for _, node in matched) == expected >= 0
+    assert repeated_path_tokens([matched[0][1]]) == 0  # one path repeats nothing
+    assert repeated_path_tokens([None, cache.root]) == 0  # no node, or the root: no tokens

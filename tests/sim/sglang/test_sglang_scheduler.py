@@ -212,6 +212,22 @@ def test_disabling_the_radix_cache_gives_no_hits():
     assert on.ttft_p50 < off.ttft_p50
 
 
+def test_a_shared_prefix_read_from_cache_prices_decode_only_where_a_prefix_is_shared():
+    """kv_shared_read: a pass's repeated reads of a shared cached prefix cost less, so decode is cheaper on a workload
+    whose requests share prefixes; with the cache off, or with no prefix shared, nothing changes."""
+    base = sglang_calibration(HW)
+    free = base.with_coefficients({"kv_shared_read": 1.0})
+    assert base.kv_shared_read == 0.0
+    on = [simulate_sglang({}, MODEL, HW, SHARED, calibration=c) for c in (base, free)]
+    assert on[1].tpot_p50 < on[0].tpot_p50 and on[1].out_tok_per_s > on[0].out_tok_per_s
+    assert on[1].ttft_p50 <= on[0].ttft_p50  # prefill passes read no cached prefix twice: only decode moves
+    off = [simulate_sglang({"disable_radix_cache": True}, MODEL, HW, SHARED, calibration=c).to_dict()
+           for c in (base, free)]
+    assert {**off[0], "calibration": None} == {**off[1], "calibration": None}
+    alone = [simulate_sglang({}, MODEL, HW, SMALL, calibration=c) for c in (base, free)]
+    assert alone[1].tpot_p50 == pytest.approx(alone[0].tpot_p50, rel=1e-3)  # random prompts share next to nothing
+
+
 def test_a_small_chunk_raises_the_ttft_of_a_long_prompt_and_one_past_the_prompt_changes_nothing():
     """Real SGLang on an H100 (lease 2's long_context, ~8,000-token prompts): TTFT p50 0.289 s at a chunk of 2048,
     0.277 s at 8192 and 0.278 s at 16384. More chunks, more passes with their fixed costs; one pass either way."""
