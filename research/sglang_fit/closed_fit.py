@@ -2,7 +2,7 @@
 fit has seen.
 
     python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch [--hold T,...]] [--max-nfev 16]
-        [--eager [--small]] [--write]
+        [--eager [--small [--shared]]] [--write]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -36,7 +36,9 @@ rows, one driver-form line per workload), which its provenance names.
 13's c2 and c3 of batching_sglang_h100_e (closed loops of 64 and 32 running requests, the collector frozen; both
 promotions and the driver's starts) in training, warm-started at the catalog's calibration (the eager refit); lease
 13's e1-e4, defaults and c1 and lease 12's promotion held out beside the others; written to
-research/sglang_fit/h100-sxm-sglang-0.5-small.yaml.
+research/sglang_fit/h100-sxm-sglang-0.5-small.yaml. `--shared` (the addendum's third run): ``kv_shared_read``
+fitted too (the fraction of a decode pass's repeated reads of a shared cached prefix served without HBM traffic),
+warm-started at SHARED0; written to research/sglang_fit/h100-sxm-sglang-0.5-shared.yaml.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ TRAIN_ROLES = ("repeat", "fit", "gauges")
 # The last decode of a run on SGLang's clock less the sim's (13.4 - 9.0 ms: research/sglang_fit/engine_clock.py on
 # lease 10's every-pass row) over its ~255 running requests.
 SWITCH0 = 4.4e-3 / 255
+# Where lease 2's shared_prefix_chat training rows' decode (TPOT p50 12.5 ms) lies between the sim's at
+# kv_shared_read 0 (14.06 ms) and 1 (8.39 ms).
+SHARED0 = 0.25
 
 
 def lease2_files(train: bool) -> list[str]:
@@ -179,6 +184,7 @@ def main() -> None:
                     help="with --switch: fit uncaptured_layer_s on lease 11's d c2 and c3 too")
     ap.add_argument("--small", action="store_true",
                     help="with --eager: lease 13's c2 and c3 train too, warm-started at the catalog's calibration")
+    ap.add_argument("--shared", action="store_true", help="with --small: fit kv_shared_read too")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
@@ -189,6 +195,8 @@ def main() -> None:
         ap.error("--eager takes --switch")
     if args.small and not args.eager:
         ap.error("--small takes --eager")
+    if args.shared and not args.small:
+        ap.error("--shared takes --small")
     held_terms = tuple(t for t in args.hold.split(",") if t)
     if held_terms and (not args.switch or set(held_terms) - set(TERMS)):
         ap.error(f"--hold takes --switch and terms among {TERMS}")
@@ -211,9 +219,11 @@ def main() -> None:
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
     terms = (*(t for t in TERMS if t not in held_terms), "cpu_switch_per_req_s") if args.switch else TERMS
+    if args.shared:
+        terms = (*terms, "kv_shared_read")
     start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
     if args.small:  # warm start: the catalog's calibration, the eager refit
-        start = shipped
+        start = shipped.with_coefficients({"kv_shared_read": SHARED0}) if args.shared else shipped
     elif args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row held)
         start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
     t0 = time.perf_counter()
@@ -244,7 +254,8 @@ def main() -> None:
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
-        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch else "small" if args.small
+        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch else "shared" if args.shared
+                else "small" if args.small
                 else "eager" if args.eager else "switch-held" if held_terms else "switch")
         out = HERE / f"{hw.name}-{refit.engine_version}-{kind}.yaml"
         refit.save(out)
