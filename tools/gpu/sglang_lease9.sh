@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang leases 8-13 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease13.md), run on
+# SGLang leases 8-14 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease14.md), run on
 # the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
 # device returns no more).
 #
@@ -8,6 +8,10 @@
 # SECONDS: what this call may still spend. STEP, in the order given, each one engine start, only while 110 s are left:
 #   h4 h5 h6 h7   held-out configurations on Batching-v0's two workloads (closed loop, 256 users) -> rows.jsonl
 #   e1 e2 e3 e4   lease 12's held-out configurations, passes outside any CUDA graph (the same) -> rows.jsonl
+#   s1 s2 s3      lease 14's held-out configurations (the same) -> rows.jsonl
+#   spm spm64     lease 14: the defaults on the catalog's shared_prefix_many and rag_chat (open loops), and
+#                 max_running_requests 64 on shared_prefix_many -> rows.jsonl
+#   p32 p96 p160  lease 14: short_long with every decode pass logged, cuda_graph_max_bs 32, 96 or 160 -> rows.jsonl
 #   passes        the defaults on many_small logging every decode pass (decode_log_interval 1) -> rows.jsonl
 #   MODE:NAME     the configuration NAME (defaults, c1, c2, ...) of PLAN's candidates (CANDIDATES, env, names another
 #                 candidates file) on both workloads, the driver's garbage collector MODE (live or frozen:
@@ -68,6 +72,14 @@ for step in "$@"; do
     e3) drive e3 "${both[@]}" --set chunked_prefill_size=-1 --set max_running_requests=192 ;;
     e4) drive e4 "${both[@]}" --set cuda_graph_max_bs=200 --set chunked_prefill_size=4096 \
           --set schedule_conservativeness=0.8 ;;
+    s1) drive s1 "${both[@]}" --set max_running_requests=48 --set chunked_prefill_size=8192 ;;
+    s2) drive s2 "${both[@]}" --set max_running_requests=80 --set schedule_conservativeness=0.5 ;;
+    s3) drive s3 "${both[@]}" --set max_running_requests=160 --set chunked_prefill_size=2048 ;;
+    spm) drive spm --workload rsi_env/catalog/workloads/shared_prefix_many.yaml \
+           --workload rsi_env/catalog/workloads/rag_chat.yaml ;;
+    spm64) drive spm64 --workload rsi_env/catalog/workloads/shared_prefix_many.yaml --set max_running_requests=64 ;;
+    p32|p96|p160) drive "$step" --workload "$work/short_long.yaml" --set cuda_graph_max_bs="${step#p}" \
+                    --server-arg decode_log_interval=1 --gc frozen ;;
     passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc live ;;
     passes-frozen) drive "$step" --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc frozen ;;
     live:*|frozen:*)
