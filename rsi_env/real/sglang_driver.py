@@ -21,8 +21,10 @@ garbage collector during the workload (SGLang's tokenizer manager runs in it, so
 The row records what the engine resolved (``resolved``: `rsi_env.real.sglang_args.resolved_flags`; ``server_args``:
 every field), SGLang's version and ``gc`` (frozen or live). Each row's ``passes`` are SGLang's logged passes during
 the workload (`rsi_env.real.sglang_passes`: every prefill pass, every ``decode_log_interval``-th decode pass, with
-running and queued requests). Left out, and named in the row's ``unavailable``: a per-step trace of every pass and the
-profiled replay the vLLM driver adds (no SGLang counterpart is wired here), so the telemetry's ``profile`` is empty.
+running and queued requests), logged only where a ``decode_log_interval`` is passed (that brings SGLang's
+``log_level`` to info, `rsi_env.real.sglang_args`; at its default level, error, ``lines`` stays empty). Left out, and
+named in the row's ``unavailable``: a per-step trace of every pass and the profiled replay the vLLM driver adds (no
+SGLang counterpart is wired here), so the telemetry's ``profile`` is empty.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ __all__ = ["UNAVAILABLE", "main", "run_trace"]
 
 UNAVAILABLE = {
     "steps": "no per-step trace: SGLang's scheduler keeps no per-step record the driver can read; its logged passes "
-             "(every prefill, one decode pass in decode_log_interval) are in the row's passes",
+             "(every prefill, one decode pass in decode_log_interval) are in the row's passes where a "
+             "decode_log_interval was passed",
     "profile": "not profiled: the SGLang driver runs no profiled replay",
 }
 SAMPLE_EVERY_S = 0.05
