@@ -71,6 +71,7 @@ LEASE11 = ROOT / "data/sglang/0.5.17-h100/lease11"
 LEASE11_PROMOTIONS = (LEASE11 / "r1.jsonl", LEASE11 / "r2.jsonl")  # batching_sglang_h100_d promoted twice
 LEASE12 = ROOT / "data/sglang/0.5.17-h100/lease12/r1.jsonl"  # batching_sglang_h100_e promoted once
 LEASE13 = ROOT / "data/sglang/0.5.17-h100/lease13"  # e promoted twice (r2, r3), rows.jsonl the driver's starts
+E_CANDIDATES = HERE / "eager_search/candidates.json"  # batching_sglang_h100_e, promoted on leases 12 and 13
 CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop rows, one driver-form line per workload
 EXPORTS = {"lease4.jsonl": (EVAL, ("defaults", "c1", "c2", "c3")),
            "lease7.jsonl": ("batching_sglang_h100_b", ("defaults", "c1"))}
@@ -116,17 +117,16 @@ def lease11_held_rows() -> list[dict[str, Any]]:
 def lease13(names: tuple[str, ...], others: bool = False) -> list[dict[str, Any]]:
     """Lease 13's rows of batching_sglang_h100_e's configurations ``names`` (its promotions' and the driver's), with
     ``others`` also the driver's rows of configurations not in that plan (e1-e4)."""
-    candidates = HERE / "eager_search/candidates.json"
-    doc = json.loads(candidates.read_text())
+    doc = json.loads(E_CANDIDATES.read_text())
     rows = read_rows([LEASE13 / "r2.jsonl", LEASE13 / "r3.jsonl", LEASE13 / "rows.jsonl"], doc)
     plan = set(flag_names(doc))
-    return of_configs(rows, candidates, names) + [
+    return of_configs(rows, E_CANDIDATES, names) + [
         r for r in rows if others and json.dumps(r["flags"], sort_keys=True) not in plan]
 
 
 def lease12_rows() -> list[dict[str, Any]]:
     """Lease 12's promotion of batching_sglang_h100_e, one row per (configuration, workload)."""
-    return read_rows([LEASE12], json.loads((HERE / "eager_search/candidates.json").read_text()))
+    return read_rows([LEASE12], json.loads(E_CANDIDATES.read_text()))
 
 
 # The eager fit's lease 10 and 11 rows as files of their own (`export`): training, then held out; and the small
@@ -138,6 +138,11 @@ SMALL_TRAIN = {"lease13-train.jsonl": lambda: lease13(("c2", "c3"))}
 SMALL_HELD = {"lease13-held.jsonl": lambda: lease13(("defaults", "c1"), others=True), "lease12.jsonl": lease12_rows}
 
 
+def eager_train(small: bool) -> list[Path]:
+    """The eager fit's closed-loop training files, with ``small`` the small fit's too."""
+    return [CLOSED / f for f in (*EAGER_TRAIN, *(SMALL_TRAIN if small else ()))]
+
+
 def sets(closed: str, eager: bool = False, small: bool = False) -> dict[str, list[Sample]]:
     """The training sets (``open_train``, ``closed_train``) and the held-out ones, ``closed`` naming the closed-loop
     training rows (lease 4's or lease 10's; ``eager`` adds lease 11's d c2 and c3 to lease 10's, ``small`` lease 13's
@@ -146,7 +151,7 @@ def sets(closed: str, eager: bool = False, small: bool = False) -> dict[str, lis
     if closed == "lease4":
         out["closed_train"] = load_samples([CLOSED / "lease4.jsonl"])
     elif eager:
-        out["closed_train"] = load_samples([CLOSED / f for f in (*EAGER_TRAIN, *(SMALL_TRAIN if small else ()))])
+        out["closed_train"] = load_samples(eager_train(small))
         out["closed_held_l10"] = load_samples([CLOSED / "lease10-c1.jsonl"])
     else:
         out["closed_train"] = samples_from_rows(lease10(("defaults", "c2")), "lease 10's defaults and c2")
@@ -208,8 +213,7 @@ def main() -> None:
         train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
         texts = [Path(f).read_text() for f in train_files]
     elif args.eager:
-        train_files = [*lease2_files(True),
-                       *(str(CLOSED / f) for f in (*EAGER_TRAIN, *(SMALL_TRAIN if args.small else ())))]
+        train_files = [*lease2_files(True), *map(str, eager_train(args.small))]
         texts = [Path(f).read_text() for f in train_files]
     else:  # lease 10's file holds held-out rows too: the digest is of the rows that trained
         train_files = [*lease2_files(True), f"{LEASE10} (defaults and c2)"]
