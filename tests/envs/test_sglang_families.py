@@ -25,6 +25,7 @@ from rsi_env.engine.sglang_config import SglangConfig
 from rsi_env.envs.state import validate
 from rsi_env.errors import CatalogError, RsiEnvError
 from rsi_env.sim.sglang import SGLANG_SIM_VERSION, simulate_sglang
+from rsi_env.sim.sglang.simulate import sglang_calibration
 
 FAMILIES = ["RSI/Batching-v0", "RSI/KVCache-v1", "RSI/KVCache-v0", "RSI/PrefixCache-v0", "RSI/Parallelism-v0"]
 
@@ -180,6 +181,25 @@ def test_serving_yaml_cannot_switch_the_engine_or_set_flags_outside_the_family()
         assert "not tunable in RSI/Batching-v0" in obs["text"] and reward == 0.0, text
         assert env.config == SglangConfig()
     assert env.tier.engine_version == SGLANG_SIM_VERSION
+    env.close()
+
+
+def test_the_sims_calibration_terms_cannot_be_set_from_serving_yaml() -> None:
+    """An agent that writes the cost model's coefficients (a shared prefix's KV read for free, weights streamed at
+    the datasheet's bandwidth) gets a refusal and no reward, and the next measurement is priced as shipped."""
+    env = _make("RSI/Batching-v0")
+    env.reset(seed=0)
+    shipped = sglang_calibration(env.hardware.name)
+    assert shipped.kv_shared_read == 0.0
+    for text in ("kv_shared_read: 1.0\n", "bw_eff: 1.0\nkv_shared_read: 1.0\nmax_running_requests: 64\n"):
+        obs, reward, _ = _edit_serving(env, text)
+        assert "kv_shared_read" in obs["text"] and "not tunable in RSI/Batching-v0" in obs["text"], text
+        assert reward == 0.0 and env.config == SglangConfig()
+    _, _, _, _, info = env.step(env.flag_action("max_running_requests", 64))
+    want = [simulate_sglang(SglangConfig(max_running_requests=64), env.model, env.hardware, w, calibration=shipped)
+            for w in env.workloads]
+    assert [t["out_tok_per_s"] for t in info["telemetry"]] == [t.out_tok_per_s for t in want]
+    assert all(t.calibration == shipped.id for t in env.base_tels)
     env.close()
 
 
