@@ -33,7 +33,7 @@ import pytest
 
 import rsi_env
 from rsi_env.real.tier import installed_vllm_version
-from rsi_env.tasks.vllm_bugfix.checks import check_workspace, clean_deployment
+from rsi_env.tasks.vllm_bugfix.checks import THROUGHPUT_FLOOR, check_workspace, clean_deployment
 from rsi_env.tasks.vllm_bugfix.generator import INSTANCES_FILE, verified_table
 from rsi_env.tasks.vllm_bugfix.modules import installed_source, vllm_root
 from rsi_env.tasks.vllm_bugfix.runs import ENGINE_ARGS
@@ -192,7 +192,10 @@ def test_a_throughput_collapse_behind_a_wound_back_clock_fails():
     failed = {c.name: c.reason for c in check_workspace(files, (V1_SCHEDULER,), fresh=True) if not c.ok}
     assert set(failed) == {"throughput"}, failed
     ratio = float(failed["throughput"].split("x", 1)[0])
-    assert ratio < 0.6, failed  # about a third of the clean rate, far below the bar, whatever the host's noise
+    # The supervisor's own clock read it below the bar. How far below is a timing (about a third of the clean rate on
+    # an idle host, 0.62x under a full CI's load), so it is printed, not asserted.
+    assert ratio < THROUGHPUT_FLOOR, failed
+    print(f"wound-back clock: {ratio:.2f}x the clean rate")
 
 
 def _secrets() -> dict[int, list[str]]:
