@@ -1,7 +1,7 @@
 """Freeze a suite: find each flag instance's ceiling, check each reference passes, measure each difficulty.
 
 ``python -m rsi_env.suite.build [--suite rsi-bench-v1] [--workers W] [--work DIR]`` writes
-``rsi_env/catalog/suites/<suite>.yaml``. A suite with a base (``rsi-bench-v2``, ``-v3`` and ``-v4`` on v1: `SUITE_BASES`)
+``rsi_env/catalog/suites/<suite>.yaml``. A suite with a base (``rsi-bench-v2`` to ``-v5`` on v1: `SUITE_BASES`)
 keeps the base's instances as they were frozen and freezes only its own candidates. What it does, per candidate of
 `rsi_env.suite.plan`:
 

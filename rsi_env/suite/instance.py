@@ -1,4 +1,4 @@
-"""`Instance` and `Suite`: one frozen benchmark task and the versioned set of them (``rsi-bench-v1`` to ``-v4``).
+"""`Instance` and `Suite`: one frozen benchmark task and the versioned set of them (``rsi-bench-v1`` to ``-v5``).
 
 An instance is an env id with the keyword arguments and reset seed that pin it, the budget an attempt may
 spend, the front and family it counts under, its measured difficulty, what passing means, and how its

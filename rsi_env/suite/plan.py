@@ -8,6 +8,9 @@ on the simulator before, so v2 reports calibration drift on this install. ``rsi-
 families drawn again with the H100 coefficients refitted with SGLang's passes outside any CUDA graph in training (a
 decode batch above ``cuda_graph_max_bs``, a prefill without chunking) and the decode-to-prefill switch priced: v3's
 SGLang ceilings were found with the coefficients before, so v3 reports calibration drift on this install.
+``rsi-bench-v5`` is v1 plus SGLang's flag families drawn again with the H100 coefficients refitted with a decode pass's
+repeated reads of a shared cached prefix priced (``kv_shared_read``): v4's SGLang ceilings were found without it, so
+v4 reports calibration drift on this install.
 
 Three fronts, as the field's benchmarks split inference engineering:
 
@@ -88,7 +91,8 @@ _SGLANG_GRID: dict[str, dict[str, Any]] = {
                        "extra": [{"engine": "sglang"}]},
 }
 # A later suite keeps its base's frozen instances verbatim (ids, ceilings, difficulties) and adds its own candidates.
-SUITE_BASES = {"rsi-bench-v2": "rsi-bench-v1", "rsi-bench-v3": "rsi-bench-v1", "rsi-bench-v4": "rsi-bench-v1"}
+SUITE_BASES = {"rsi-bench-v2": "rsi-bench-v1", "rsi-bench-v3": "rsi-bench-v1", "rsi-bench-v4": "rsi-bench-v1",
+               "rsi-bench-v5": "rsi-bench-v1"}
 # The Scheduler: models on the task's chip, over the task's workload sets, seeds for the workloads' draws.
 # Scheduler-v1 on its H200 and v0's L4 setting (variant l4), each over its workload sets and seeds.
 _SCHEDULER = ({"mixes": (("bursty_chat_h200", "mixed_rag_h200"), ("bursty_chat_h200",), ("mixed_rag_h200",))},

@@ -190,7 +190,7 @@ def test_the_sims_calibration_terms_cannot_be_set_from_serving_yaml() -> None:
     env = _make("RSI/Batching-v0")
     env.reset(seed=0)
     shipped = sglang_calibration(env.hardware.name)
-    assert shipped.kv_shared_read == 0.0
+    assert shipped.kv_shared_read < 1.0  # 1.0 would read every shared prefix for free
     for text in ("kv_shared_read: 1.0\n", "bw_eff: 1.0\nkv_shared_read: 1.0\nmax_running_requests: 64\n"):
         obs, reward, _ = _edit_serving(env, text)
         assert "kv_shared_read" in obs["text"] and "not tunable in RSI/Batching-v0" in obs["text"], text
