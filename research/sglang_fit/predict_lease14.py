@@ -1,4 +1,5 @@
-"""Lease 14's held-out rows as the shipped calibration and the shared-read candidate predict them, before the lease.
+"""Lease 14's held-out rows as the calibration then shipped (the eager refit) and the shared-read candidate predict
+them, before the lease.
 
     python3 research/sglang_fit/predict_lease14.py > research/sglang_fit/predictions-lease14.md
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rsi_env.engine.workload import Workload, load_workload
+from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.sglang import simulate_sglang
 from rsi_env.sim.sglang.simulate import sglang_calibration
 
@@ -26,19 +28,25 @@ STEPS += [(name, flags, w) for name, flags in (("s1", {"max_running_requests": 4
           for w in ("short_long", "many_small")]
 
 
-def main() -> None:
+def table(steps: list[tuple[str, dict[str, Any], str]], cals: dict[str, Calibration]) -> str:
+    """A markdown table: per (step, workload), each calibration's out tok/s, TTFT p50 and TPOT p50 on the H100's sim;
+    a workload is one of the eager search's closed loops, else the catalog's."""
     closed = {w["name"]: Workload.from_dict(w)
               for w in json.loads((HERE / "eager_search/candidates.json").read_text())["workloads"]}
-    cals = {"shipped": sglang_calibration("h100-sxm"),
-            "shared": sglang_calibration("h100-sxm", HERE / "h100-sxm-sglang-0.5-shared.yaml")}
-    print("| step | workload | flags | " + " | ".join(cals) + " |\n|---|---|---|" + "---|" * len(cals))
-    for name, flags, w in STEPS:
+    lines = ["| step | workload | flags | " + " | ".join(cals) + " |", "|---|---|---|" + "---|" * len(cals)]
+    for name, flags, w in steps:
         wl = closed.get(w) or load_workload(w)
         cells = []
         for cal in cals.values():
             t = simulate_sglang(flags, "llama-3.1-8b", "h100-sxm", wl, calibration=cal)
             cells.append(f"{t.out_tok_per_s:,.0f} tok/s, TTFT {1e3 * t.ttft_p50:.1f} ms, TPOT {1e3 * t.tpot_p50:.2f} ms")
-        print(f"| {name} | {w} | {json.dumps(flags)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {w} | {json.dumps(flags)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    print(table(STEPS, {"shipped": sglang_calibration("h100-sxm", HERE / "h100-sxm-sglang-0.5-eager.yaml"),
+                        "shared": sglang_calibration("h100-sxm", HERE / "h100-sxm-sglang-0.5-shared.yaml")}))
 
 
 if __name__ == "__main__":

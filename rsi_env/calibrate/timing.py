@@ -40,7 +40,8 @@ BOUNDS = {
     "step_s": (1e-5, 5e-3), "per_req_s": (1e-8, 1e-4), "piecewise_layer_s": (1e-7, 2e-3),
     "eager_layer_s": (1e-6, 5e-4), "uncaptured_layer_s": (1e-6, 2e-3), "cpu_step_s": (1e-5, 2e-2),
     "cpu_per_req_s": (1e-8, 2e-4), "frontend_s": (1e-5, 5e-2),
-    "cpu_per_new_req_s": (1e-7, 5e-3), "cpu_switch_per_req_s": (1e-8, 2e-4), "mm_half_exp": (0.01, 3.0),
+    "cpu_per_new_req_s": (1e-7, 5e-3), "cpu_switch_per_req_s": (1e-8, 2e-4),
+    "uncaptured_per_req_s": (1e-8, 2e-4), "mm_half_exp": (0.01, 3.0),
     "comm_eff": (0.2, 1.0), "allreduce_s": (1e-7, 2e-4), "eager_allreduce_s": (1e-7, 2e-3),
     "quant_layer_s": (1e-8, 2e-4), "moe_mm_eff": (0.1, 1.0), "uncaptured_moe_layer_s": (1e-7, 2e-3),
 }

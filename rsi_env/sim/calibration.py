@@ -71,6 +71,9 @@ class Calibration:
     cpu_switch_per_req_s: float = 0.0  # SGLang: CPU per running request the device waits for where a prefill follows
     #                                    a decode (the overlap loop schedules it among the running batch unhidden:
     #                                    `rsi_env.sim.sglang.engine`); vLLM's sim does not read it
+    uncaptured_per_req_s: float = 0.0  # SGLang: per request of a decode pass above the largest CUDA graph, on top of
+    #                                    its launches (the eager forward's per-request work, unhidden by the kernels:
+    #                                    `rsi_env.sim.sglang.engine`); vLLM's sim does not read it
     frontend_s: float = 1.5e-3    # request in and tokens out through the front-end process (IPC, streaming)
     # The host's CPU state, read by the real tier's probe (`rsi_env.real.host.cpu_probe_ms`: a fixed piece of
     # interpreter work, timed before the engine starts): the CPU terms (`CPU_TERMS`) hold at a probe of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang leases 8-14 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease14.md), run on
+# SGLang leases 8-15 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease15.md), run on
 # the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
 # device returns no more).
 #
@@ -12,6 +12,9 @@
 #   spm spm64     lease 14: the defaults on the catalog's shared_prefix_many and rag_chat (open loops), and
 #                 max_running_requests 64 on shared_prefix_many -> rows.jsonl
 #   p32 p96 p160  lease 14: short_long with every decode pass logged, cuda_graph_max_bs 32, 96 or 160 -> rows.jsonl
+#   g1 g2 g3      lease 15's training configurations: cuda_graph_max_bs 32 with max_running_requests 64, 160 and
+#                 SGLang's default, on both workloads (decode above the largest graph at three batch sizes) -> rows.jsonl
+#   x1            lease 15's held-out configuration (the same) -> rows.jsonl
 #   passes        the defaults on many_small logging every decode pass (decode_log_interval 1) -> rows.jsonl
 #   MODE:NAME     the configuration NAME (defaults, c1, c2, ...) of PLAN's candidates (CANDIDATES, env, names another
 #                 candidates file) on both workloads, the driver's garbage collector MODE (live or frozen:
@@ -75,6 +78,10 @@ for step in "$@"; do
     s1) drive s1 "${both[@]}" --set max_running_requests=48 --set chunked_prefill_size=8192 ;;
     s2) drive s2 "${both[@]}" --set max_running_requests=80 --set schedule_conservativeness=0.5 ;;
     s3) drive s3 "${both[@]}" --set max_running_requests=160 --set chunked_prefill_size=2048 ;;
+    g1) drive g1 "${both[@]}" --set cuda_graph_max_bs=32 --set max_running_requests=64 ;;
+    g2) drive g2 "${both[@]}" --set cuda_graph_max_bs=32 --set max_running_requests=160 ;;
+    g3) drive g3 "${both[@]}" --set cuda_graph_max_bs=32 ;;
+    x1) drive x1 "${both[@]}" --set cuda_graph_max_bs=64 --set max_running_requests=128 --set chunked_prefill_size=4096 ;;
     spm) drive spm --workload rsi_env/catalog/workloads/shared_prefix_many.yaml \
            --workload rsi_env/catalog/workloads/rag_chat.yaml ;;
     spm64) drive spm64 --workload rsi_env/catalog/workloads/shared_prefix_many.yaml --set max_running_requests=64 ;;

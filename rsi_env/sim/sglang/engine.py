@@ -15,7 +15,9 @@ Where a prefill follows a decode the device waits for its scheduling: SGLang's c
 whose loop iteration builds the prefill batch among the running ones, at 13.4 ms against 10.4 ms for a decode
 mid-run (many_small, ~255 running, H100), while a prefill after a prefill costs what its kernels do (research/sglang_fit/
 engine_clock.py). The sim adds ``cpu_switch_per_req_s`` per running request to such a prefill's wall time, outside
-`StepCost.combine`'s overlap (profile part ``engine_cpu``).
+`StepCost.combine`'s overlap (profile part ``engine_cpu``). A decode pass above the largest CUDA graph runs SGLang's
+forward eagerly: besides its per-layer launches (`StepCost.dispatch`), ``uncaptured_per_req_s`` per request is added
+the same way (0 where the calibration does not fit it).
 
 The cost model's coefficients are SGLang's calibration of the chip where one is fitted, else the chip's vLLM one
 (`rsi_env.sim.sglang.simulate.sglang_calibration`).
@@ -30,7 +32,7 @@ import numpy as np
 
 from rsi_env.engine.profile import PARTS, Profile
 from rsi_env.engine.workload import Trace
-from rsi_env.sim.cost import StepCost
+from rsi_env.sim.cost import GRAPH_MODES, StepCost
 from rsi_env.sim.sglang.radix import repeated_path_tokens
 from rsi_env.sim.sglang.request import Req
 from rsi_env.sim.sglang.scheduler import Batch, SglangScheduler
@@ -160,4 +162,5 @@ class SglangEngineSim:
         ctx = float(sum(r.kv + 1 for r in batch.reqs))
         if cost.cal.kv_shared_read > 0.0:  # a shared prefix's KV read once from HBM, then from L2 (a fraction)
             ctx -= cost.cal.kv_shared_read * repeated_path_tokens(r.last_node for r in batch.reqs)
-        return cost.step_time(bs, bs, bs, ctx, 0.0, 0.0, True, 0, parts)
+        eager = cost.cal.uncaptured_per_req_s * bs if cost.graph_mode(bs, True) == GRAPH_MODES["NONE"] else 0.0
+        return eager + cost.step_time(bs, bs, bs, ctx, 0.0, 0.0, True, 0, parts)

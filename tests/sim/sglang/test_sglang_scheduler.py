@@ -290,6 +290,43 @@ def test_a_prefill_after_a_decode_waits_for_its_scheduling_among_the_running_req
     assert dear.busy_time > free.busy_time and dear.profile.engine_cpu > free.profile.engine_cpu
 
 
+def test_a_decode_pass_above_the_largest_cuda_graph_costs_its_per_request_term_and_no_other_pass_does():
+    """``uncaptured_per_req_s``: a decode pass of more requests than ``cuda_graph_max_bs`` runs eagerly and costs that
+    term per request on top of its price; a decode within the graphs and every prefill cost what they did, so the
+    slowdown grows with the batch above the graph. At 0 (every calibration so far) a run is priced as it was."""
+    cfg = SglangConfig(cuda_graph_max_bs=16)
+    spec, hw = load_model(MODEL), load_hardware(HW)
+    plan = plan_for(cfg)
+    base = sglang_calibration(hw.name).with_coefficients({"uncaptured_per_req_s": 0.0})
+    assert sglang_calibration(hw.name).uncaptured_per_req_s == 0.0
+    passes: list[tuple[bool, int, float]] = []
+
+    class Recording(SglangEngineSim):
+        def _price(self, batch, running, parts, after_decode=False):
+            dt = super()._price(batch, running, parts, after_decode)
+            self.cost.cal, cal = base, self.cost.cal
+            plain = super()._price(batch, running, [0.0] * len(parts), after_decode)
+            self.cost.cal = cal
+            passes.append((batch.is_prefill, len(batch.reqs), dt - plain))
+            return dt
+
+    def run(cal):
+        passes.clear()
+        return Recording(SglangScheduler(cfg, plan), StepCost(spec, hw, plan.resolved, cal),
+                         make_requests(SMALL.trace(), spec.vocab_size), check_invariants=True).run()
+
+    free = run(base)
+    assert all(extra == 0.0 for *_, extra in passes)
+    dear = run(base.with_coefficients({"uncaptured_per_req_s": 2e-5}))
+    largest = plan.cuda_graph_max_bs
+    assert largest == 16 and any(not prefill and bs > largest for prefill, bs, _ in passes)
+    assert any(not prefill and bs <= largest for prefill, bs, _ in passes)
+    for prefill, bs, extra in passes:
+        assert extra == pytest.approx(2e-5 * bs if not prefill and bs > largest else 0.0, abs=1e-12)
+    assert dear.busy_time > free.busy_time
+    assert [r.output_len for r in dear.reqs] == [r.output_len for r in free.reqs]
+
+
 def test_prefill_passes_run_under_cuda_graphs_only_up_to_the_chunk_size():
     """SGLang captures its prefill graphs up to the chunk size and none without chunking (its log: "Disable prefill
     CUDA graph because the capture size is not set"); its decode graphs go up to cuda_graph_max_bs. The cost model
