@@ -162,5 +162,7 @@ class SglangEngineSim:
         ctx = float(sum(r.kv + 1 for r in batch.reqs))
         if cost.cal.kv_shared_read > 0.0:  # a shared prefix's KV read once from HBM, then from L2 (a fraction)
             ctx -= cost.cal.kv_shared_read * repeated_path_tokens(r.last_node for r in batch.reqs)
-        eager = cost.cal.uncaptured_per_req_s * bs if cost.graph_mode(bs, True) == GRAPH_MODES["NONE"] else 0.0
-        return eager + cost.step_time(bs, bs, bs, ctx, 0.0, 0.0, True, 0, parts)
+        t = cost.step_time(bs, bs, bs, ctx, 0.0, 0.0, True, 0, parts)
+        if cost.cal.uncaptured_per_req_s > 0.0 and cost.graph_mode(bs, True) == GRAPH_MODES["NONE"]:
+            t += cost.cal.uncaptured_per_req_s * bs  # the eager forward's per-request work, above the largest graph
+        return t
