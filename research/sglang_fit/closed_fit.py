@@ -2,7 +2,7 @@
 fit has seen.
 
     python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch [--hold T,...]] [--max-nfev 16]
-        [--eager [--small [--shared]]] [--write]
+        [--eager [--small [--shared [--batch-eager]]]] [--write]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -39,6 +39,12 @@ promotions and the driver's starts) in training, warm-started at the catalog's c
 research/sglang_fit/h100-sxm-sglang-0.5-small.yaml. `--shared` (the addendum's third run): ``kv_shared_read``
 fitted too (the fraction of a decode pass's repeated reads of a shared cached prefix served without HBM traffic),
 warm-started at SHARED0; written to research/sglang_fit/h100-sxm-sglang-0.5-shared.yaml.
+
+`--batch-eager` (research/plans/sglang_lease15.md, set before lease 15): `--shared`'s terms plus
+``uncaptured_per_req_s`` (per request of a decode pass above the largest CUDA graph), warm-started at the catalog's
+calibration with that term at PER_REQ0; lease 15's g1-g3 (``cuda_graph_max_bs`` 32 at three caps on running requests)
+train beside `--shared`'s rows; lease 15's x1, and its e1, e2 and s2 measured again, are held out. Written to
+research/sglang_fit/h100-sxm-sglang-0.5-batch-eager.yaml.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ LEASE11_PROMOTIONS = (LEASE11 / "r1.jsonl", LEASE11 / "r2.jsonl")  # batching_sg
 LEASE12 = ROOT / "data/sglang/0.5.17-h100/lease12/r1.jsonl"  # batching_sglang_h100_e promoted once
 LEASE13 = ROOT / "data/sglang/0.5.17-h100/lease13"  # e promoted twice (r2, r3), rows.jsonl the driver's starts
 E_CANDIDATES = HERE / "eager_search/candidates.json"  # batching_sglang_h100_e, promoted on leases 12 and 13
+LEASE15 = ROOT / "data/sglang/0.5.17-h100/lease15"  # three calls of the driver's starts, call1-call3
+L15_CANDIDATES = HERE / "lease15/candidates.json"  # lease 15's steps by name (g1-g3, x1, e1-e4, s2)
 CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop rows, one driver-form line per workload
 EXPORTS = {"lease4.jsonl": (EVAL, ("defaults", "c1", "c2", "c3")),
            "lease7.jsonl": ("batching_sglang_h100_b", ("defaults", "c1"))}
@@ -82,6 +90,9 @@ SWITCH0 = 4.4e-3 / 255
 # Where lease 2's shared_prefix_chat training rows' decode (TPOT p50 12.5 ms) lies between the sim's at
 # kv_shared_read 0 (14.06 ms) and 1 (8.39 ms).
 SHARED0 = 0.25
+# Lease 13's note: e1's and e2's TPOT p50 short by ~20 us per running request above their largest graph (held-out
+# rows: the form's scale, not a fitted value).
+PER_REQ0 = 1e-5
 
 
 def lease2_files(train: bool) -> list[str]:
@@ -124,6 +135,12 @@ def lease13(names: tuple[str, ...], others: bool = False) -> list[dict[str, Any]
         r for r in rows if others and json.dumps(r["flags"], sort_keys=True) not in plan]
 
 
+def lease15(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Lease 15's driver rows of its steps ``names`` (research/sglang_fit/lease15/candidates.json), every call's."""
+    rows = read_rows(sorted(LEASE15.glob("call*/rows.jsonl")), {})
+    return of_configs(rows, L15_CANDIDATES, names)
+
+
 def lease12_rows() -> list[dict[str, Any]]:
     """Lease 12's promotion of batching_sglang_h100_e, one row per (configuration, workload)."""
     return read_rows([LEASE12], json.loads(E_CANDIDATES.read_text()))
@@ -136,22 +153,26 @@ EAGER_TRAIN = {"lease10-train.jsonl": lambda: lease10(("defaults", "c2")),
 EAGER_HELD = {"lease10-c1.jsonl": lambda: lease10(("c1",)), "lease11-held.jsonl": lease11_held_rows}
 SMALL_TRAIN = {"lease13-train.jsonl": lambda: lease13(("c2", "c3"))}
 SMALL_HELD = {"lease13-held.jsonl": lambda: lease13(("defaults", "c1"), others=True), "lease12.jsonl": lease12_rows}
+# The batch-eager fit's (research/plans/sglang_lease15.md): g1-g3 train; x1 is its held-out configuration; e1, e2 and
+# s2 measured again there are held out too, apart (no rule of the plan names them).
+BATCH_TRAIN = {"lease15-train.jsonl": lambda: lease15(("g1", "g2", "g3"))}
+BATCH_HELD = {"lease15-x1.jsonl": lambda: lease15(("x1",)), "lease15-again.jsonl": lambda: lease15(("e1", "e2", "s2"))}
 
 
-def eager_train(small: bool) -> list[Path]:
-    """The eager fit's closed-loop training files, with ``small`` the small fit's too."""
-    return [CLOSED / f for f in (*EAGER_TRAIN, *(SMALL_TRAIN if small else ()))]
+def eager_train(small: bool, batch: bool = False) -> list[Path]:
+    """The eager fit's closed-loop training files, with ``small`` the small fit's too, with ``batch`` lease 15's g1-g3."""
+    return [CLOSED / f for f in (*EAGER_TRAIN, *(SMALL_TRAIN if small else ()), *(BATCH_TRAIN if batch else ()))]
 
 
-def sets(closed: str, eager: bool = False, small: bool = False) -> dict[str, list[Sample]]:
+def sets(closed: str, eager: bool = False, small: bool = False, batch: bool = False) -> dict[str, list[Sample]]:
     """The training sets (``open_train``, ``closed_train``) and the held-out ones, ``closed`` naming the closed-loop
     training rows (lease 4's or lease 10's; ``eager`` adds lease 11's d c2 and c3 to lease 10's, ``small`` lease 13's
-    c2 and c3 to those)."""
+    c2 and c3 to those, ``batch`` lease 15's g1-g3)."""
     out = {"open_train": load_samples(lease2_files(True))}
     if closed == "lease4":
         out["closed_train"] = load_samples([CLOSED / "lease4.jsonl"])
     elif eager:
-        out["closed_train"] = load_samples(eager_train(small))
+        out["closed_train"] = load_samples(eager_train(small, batch))
         out["closed_held_l10"] = load_samples([CLOSED / "lease10-c1.jsonl"])
     else:
         out["closed_train"] = samples_from_rows(lease10(("defaults", "c2")), "lease 10's defaults and c2")
@@ -165,6 +186,9 @@ def sets(closed: str, eager: bool = False, small: bool = False) -> dict[str, lis
         out["closed_held_l4"] = load_samples([CLOSED / "lease4.jsonl"])
         out["closed_held_l12"] = load_samples([CLOSED / "lease12.jsonl"])
         out["closed_held_l13"] = load_samples([CLOSED / "lease13-held.jsonl"])
+    if batch:
+        out["closed_held_l15x1"] = load_samples([CLOSED / "lease15-x1.jsonl"])
+        out["closed_held_l15again"] = load_samples([CLOSED / "lease15-again.jsonl"])
     return out
 
 
@@ -173,7 +197,8 @@ def export() -> None:
     provenance name), one line per (configuration, workload)."""
     CLOSED.mkdir(parents=True, exist_ok=True)
     made = {name: closed_loop_rows(configs, evaluation) for name, (evaluation, configs) in EXPORTS.items()}
-    made |= {name: make() for name, make in {**EAGER_TRAIN, **EAGER_HELD, **SMALL_TRAIN, **SMALL_HELD}.items()}
+    made |= {name: make() for name, make in {**EAGER_TRAIN, **EAGER_HELD, **SMALL_TRAIN, **SMALL_HELD, **BATCH_TRAIN,
+                                                    **BATCH_HELD}.items()}
     for name, rows in made.items():
         (CLOSED / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"wrote {len(rows)} rows to {(CLOSED / name).relative_to(ROOT)}")
@@ -190,6 +215,8 @@ def main() -> None:
     ap.add_argument("--small", action="store_true",
                     help="with --eager: lease 13's c2 and c3 train too, warm-started at the catalog's calibration")
     ap.add_argument("--shared", action="store_true", help="with --small: fit kv_shared_read too")
+    ap.add_argument("--batch-eager", action="store_true",
+                    help="with --shared: fit uncaptured_per_req_s too, lease 15's g1-g3 in training")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
@@ -202,18 +229,20 @@ def main() -> None:
         ap.error("--small takes --eager")
     if args.shared and not args.small:
         ap.error("--shared takes --small")
+    if args.batch_eager and not args.shared:
+        ap.error("--batch-eager takes --shared")
     held_terms = tuple(t for t in args.hold.split(",") if t)
     if held_terms and (not args.switch or set(held_terms) - set(TERMS)):
         ap.error(f"--hold takes --switch and terms among {TERMS}")
     if args.export:
         export()
         return
-    s = sets(args.closed, args.eager, args.small)
+    s = sets(args.closed, args.eager, args.small, args.batch_eager)
     if args.closed == "lease4":
         train_files = [*lease2_files(True), str(CLOSED / "lease4.jsonl")]
         texts = [Path(f).read_text() for f in train_files]
     elif args.eager:
-        train_files = [*lease2_files(True), *map(str, eager_train(args.small))]
+        train_files = [*lease2_files(True), *map(str, eager_train(args.small, args.batch_eager))]
         texts = [Path(f).read_text() for f in train_files]
     else:  # lease 10's file holds held-out rows too: the digest is of the rows that trained
         train_files = [*lease2_files(True), f"{LEASE10} (defaults and c2)"]
@@ -225,9 +254,13 @@ def main() -> None:
     terms = (*(t for t in TERMS if t not in held_terms), "cpu_switch_per_req_s") if args.switch else TERMS
     if args.shared:
         terms = (*terms, "kv_shared_read")
+    if args.batch_eager:
+        terms = (*terms, "uncaptured_per_req_s")
     start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
     if args.small:  # warm start: the catalog's calibration, the eager refit
         start = shipped.with_coefficients({"kv_shared_read": SHARED0}) if args.shared else shipped
+    if args.batch_eager:  # warm start: the catalog's calibration (the shared refit), the new term at PER_REQ0
+        start = shipped.with_coefficients({"uncaptured_per_req_s": PER_REQ0})
     elif args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row held)
         start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
     t0 = time.perf_counter()
@@ -253,12 +286,14 @@ def main() -> None:
             "n_held_out": len(held),
             "held_out_measurements": [str(Path(f).relative_to(ROOT)) for f in (
                 *lease2_files(False), *map(str, (LEASE8, CLOSED / "lease7.jsonl", LEASE5)))]
-            + ([str((CLOSED / f).relative_to(ROOT)) for f in (*EAGER_HELD, "lease4.jsonl", *SMALL_HELD)] if args.eager
+            + ([str((CLOSED / f).relative_to(ROOT)) for f in (*EAGER_HELD, "lease4.jsonl", *SMALL_HELD,
+                                                               *(BATCH_HELD if args.batch_eager else ()))] if args.eager
                else [f"{LEASE10.relative_to(ROOT)} (c1)"] if args.closed == "lease10" else []),
             "held_out_error": errors(evaluate(held, refit, hw)),
             "train_error": errors(evaluate(s["open_train"] + s["closed_train"], refit, hw)),
             "fitted_on": "the training rows only (held-out configurations chosen before the fit)"})
-        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch else "shared" if args.shared
+        kind = ("closed" if args.closed == "lease4" else "frozen" if not args.switch
+                else "batch-eager" if args.batch_eager else "shared" if args.shared
                 else "small" if args.small
                 else "eager" if args.eager else "switch-held" if held_terms else "switch")
         out = HERE / f"{hw.name}-{refit.engine_version}-{kind}.yaml"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rsi_env.engine.workload import Workload
+from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.sglang import engine as sglang_engine
 from rsi_env.sim.sglang import simulate_sglang_detailed
 from rsi_env.sim.sglang.simulate import sglang_calibration
@@ -36,8 +37,10 @@ CONFIGS = {"defaults": {}, "c2": {"max_running_requests": 128, "chunked_prefill_
                   "schedule_conservativeness": 0.7, "cuda_graph_max_bs": 512}}
 
 
-def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workload) -> list[dict[str, Any]]:
-    """Every pass of the SGLang sim's run: kind, new requests and tokens (prefill), running, queued, time."""
+def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workload,
+               calibration: Calibration | None = None) -> list[dict[str, Any]]:
+    """Every pass of the SGLang sim's run (``calibration``, else the chip's shipped one): kind, new requests and
+    tokens (prefill), running, queued, time."""
     passes: list[dict[str, Any]] = []
     price = sglang_engine.SglangEngineSim._price
 
@@ -53,7 +56,7 @@ def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workl
 
     sglang_engine.SglangEngineSim._price = recording  # type: ignore[method-assign]
     try:
-        simulate_sglang_detailed(flags, model, hardware, workload, calibration=sglang_calibration(hardware))
+        simulate_sglang_detailed(flags, model, hardware, workload, calibration=calibration or sglang_calibration(hardware))
     finally:
         sglang_engine.SglangEngineSim._price = price  # type: ignore[method-assign]
     return passes

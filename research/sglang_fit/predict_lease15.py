@@ -9,22 +9,20 @@ there), each on Batching-v0's two closed-loop workloads. The shipped calibration
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from predict_lease14 import table
 
 from rsi_env.sim.sglang.simulate import sglang_calibration
 
+HERE = Path(__file__).resolve().parent
+# The steps by name, as lease15/candidates.json holds them for the scripts that read lease 15's rows (s2 left out:
+# lease 14's, not predicted here).
 CONFIGS: list[tuple[str, dict[str, Any]]] = [
-    ("g1", {"cuda_graph_max_bs": 32, "max_running_requests": 64}),
-    ("g2", {"cuda_graph_max_bs": 32, "max_running_requests": 160}),
-    ("g3", {"cuda_graph_max_bs": 32}),
-    ("x1", {"cuda_graph_max_bs": 64, "max_running_requests": 128, "chunked_prefill_size": 4096}),
-    ("e1", {"cuda_graph_max_bs": 96}),
-    ("e2", {"max_running_requests": 96, "cuda_graph_max_bs": 48, "chunked_prefill_size": 2048}),
-    ("e3", {"chunked_prefill_size": -1, "max_running_requests": 192}),
-    ("e4", {"cuda_graph_max_bs": 200, "chunked_prefill_size": 4096, "schedule_conservativeness": 0.8}),
-]
+    (c["name"], c["flags"]) for c in json.loads((HERE / "lease15/candidates.json").read_text())["candidates"]
+    if c["name"] != "s2"]
 
 
 def main() -> None:
