@@ -1,8 +1,10 @@
 """Lease 15's adoption rules (research/plans/sglang_lease15.md), the shipped calibration against a candidate.
 
     python3 research/sglang_fit/judge_lease15.py [--candidate research/sglang_fit/h100-sxm-sglang-0.5-batch-eager.yaml]
+        [--rule1 e1-e4+x1|e1-e4]
 
-Rule 1: on lease 13's e1-e4 and lease 15's x1 together, the candidate's throughput MAPE at least 2 points below the
+Rule 1: on lease 13's e1-e4 and lease 15's x1 together (``--rule1 e1-e4``: lease 13's e1-e4 only, x1 under no rule,
+research/plans/sglang_eager_launch.md), the candidate's throughput MAPE at least 2 points below the
 shipped calibration's and its TPOT p50 MAPE lower. Rule 2: on each other held-out set of heldout-all.txt, its
 throughput MAPE no more than 0.5 points above the shipped one's. Rule 3 (the pick) is `pick.py`'s, run apart. Also
 printed, under no rule: lease 15's e1, e2 and s2 measured again, and SGLang's own repeat of every configuration
@@ -37,13 +39,15 @@ def by_flags(samples: list[Sample], names: tuple[str, ...], keep: bool) -> list[
     return [s for s in samples if (json.dumps(s.flags, sort_keys=True) in flags) == keep]
 
 
-def held_sets() -> dict[str, list[Sample]]:
-    """Rule 1's set, then rule 2's sets (heldout-all.txt's, lease 13's e1-e4 moved to rule 1), then lease 15's rows
-    measured again."""
+def held_sets(with_x1: bool) -> dict[str, list[Sample]]:
+    """Rule 1's set (``with_x1``: lease 15's x1 in it), then rule 2's sets (heldout-all.txt's, lease 13's e1-e4 moved
+    to rule 1), then lease 15's rows under no rule."""
     l13 = load_samples([CLOSED / "lease13-held.jsonl"])
+    x1 = load_samples([CLOSED / "lease15-x1.jsonl"])
+    rule1 = ("rule 1: lease 13 e1-e4 + lease 15 x1", by_flags(l13, E_STEPS, True) + x1) if with_x1 else (
+        "rule 1: lease 13 e1-e4", by_flags(l13, E_STEPS, True))
     return {
-        "rule 1: lease 13 e1-e4 + lease 15 x1": by_flags(l13, E_STEPS, True)
-        + load_samples([CLOSED / "lease15-x1.jsonl"]),
+        rule1[0]: rule1[1],
         "lease 14": samples_from_rows([r for r in read_rows([LEASE14], {}) if not r.get("server_arg_overrides")],
                                       str(LEASE14)),
         "lease 2 open loops": load_samples([str(LEASE2 / f"h{i}.jsonl") for i in (1, 2, 3)]),
@@ -52,6 +56,8 @@ def held_sets() -> dict[str, list[Sample]]:
         "lease 12": load_samples([CLOSED / "lease12.jsonl"]),
         "lease 13 defaults, c1": by_flags(l13, E_STEPS, False),
         "lease 15 e1, e2, s2 (no rule)": load_samples([CLOSED / "lease15-again.jsonl"]),
+        **({} if with_x1 else {"lease 15 x1 (no rule)": x1,
+                               "lease 15 g1-g3 (no rule)": load_samples([CLOSED / "lease15-train.jsonl"])}),
     }
 
 
@@ -79,12 +85,13 @@ def repeat(samples: list[Sample]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidate", type=Path, default=HERE / "h100-sxm-sglang-0.5-batch-eager.yaml")
+    ap.add_argument("--rule1", choices=("e1-e4+x1", "e1-e4"), default="e1-e4+x1")
     args = ap.parse_args()
     hw = load_hardware("h100-sxm")
     cals = {"shipped": sglang_calibration(hw.name), "candidate": sglang_calibration(hw.name, args.candidate)}
     print(f"shipped {cals['shipped'].id}; candidate {cals['candidate'].id} ({args.candidate.name})")
     verdicts = []
-    for i, (name, samples) in enumerate(held_sets().items()):
+    for i, (name, samples) in enumerate(held_sets(args.rule1 == "e1-e4+x1").items()):
         errs = {label: evaluate(samples, cal, hw) for label, cal in cals.items()}
         for label, e in errs.items():
             print(f"{name:38s} {label:9s} n={e['n']:2d} {mapes(e)}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang leases 8-15 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease15.md), run on
+# SGLang leases 8-16 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease16.md), run on
 # the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
 # device returns no more).
 #
@@ -12,6 +12,8 @@
 #   spm spm64     lease 14: the defaults on the catalog's shared_prefix_many and rag_chat (open loops), and
 #                 max_running_requests 64 on shared_prefix_many -> rows.jsonl
 #   p32 p96 p160  lease 14: short_long with every decode pass logged, cuda_graph_max_bs 32, 96 or 160 -> rows.jsonl
+#   mN            lease 16: many_small with every decode pass logged, cuda_graph_max_bs N (the collector frozen)
+#                 -> rows.jsonl
 #   g1 g2 g3      lease 15's training configurations: cuda_graph_max_bs 32 with max_running_requests 64, 160 and
 #                 SGLang's default, on both workloads (decode above the largest graph at three batch sizes) -> rows.jsonl
 #   x1            lease 15's held-out configuration (the same) -> rows.jsonl
@@ -87,6 +89,8 @@ for step in "$@"; do
     spm64) drive spm64 --workload rsi_env/catalog/workloads/shared_prefix_many.yaml --set max_running_requests=64 ;;
     p32|p96|p160) drive "$step" --workload "$work/short_long.yaml" --set cuda_graph_max_bs="${step#p}" \
                     --server-arg decode_log_interval=1 --gc frozen ;;
+    m[0-9]*) drive "$step" --workload "$work/many_small.yaml" --set cuda_graph_max_bs="${step#m}" \
+               --server-arg decode_log_interval=1 --gc frozen ;;
     passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc live ;;
     passes-frozen) drive "$step" --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc frozen ;;
     live:*|frozen:*)
