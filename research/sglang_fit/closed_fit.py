@@ -78,6 +78,7 @@ LEASE11_PROMOTIONS = (LEASE11 / "r1.jsonl", LEASE11 / "r2.jsonl")  # batching_sg
 LEASE12 = ROOT / "data/sglang/0.5.17-h100/lease12/r1.jsonl"  # batching_sglang_h100_e promoted once
 LEASE13 = ROOT / "data/sglang/0.5.17-h100/lease13"  # e promoted twice (r2, r3), rows.jsonl the driver's starts
 E_CANDIDATES = HERE / "eager_search/candidates.json"  # batching_sglang_h100_e, promoted on leases 12 and 13
+LEASE14 = ROOT / "data/sglang/0.5.17-h100/lease14/rows.jsonl"  # the driver's starts, open and closed loops
 LEASE15 = ROOT / "data/sglang/0.5.17-h100/lease15"  # three calls of the driver's starts, call1-call3
 L15_CANDIDATES = HERE / "lease15/candidates.json"  # lease 15's steps by name (g1-g3, x1, e1-e4, s2)
 CLOSED = ROOT / "data/sglang/0.5.17-h100/closed"  # the evaluations' closed-loop rows, one driver-form line per workload
@@ -139,6 +140,23 @@ def lease15(names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Lease 15's driver rows of its steps ``names`` (research/sglang_fit/lease15/candidates.json), every call's."""
     rows = read_rows(sorted(LEASE15.glob("call*/rows.jsonl")), {})
     return of_configs(rows, L15_CANDIDATES, names)
+
+
+def lease14_samples() -> list[Sample]:
+    """Lease 14's driver starts as samples (no every-pass log among them is read)."""
+    rows = [r for r in read_rows([LEASE14], {}) if not r.get("server_arg_overrides")]
+    return samples_from_rows(rows, str(LEASE14))
+
+
+def heldout_sets() -> dict[str, list[Sample]]:
+    """The held-out sets of research/sglang_fit/heldout-all.txt (leases 2 and 10-14, the collector frozen where
+    closed), by name, in that file's order."""
+    return {"lease 14": lease14_samples(),
+            "lease 2 open loops": load_samples(lease2_files(False)),
+            "lease 10 c1": load_samples([CLOSED / "lease10-c1.jsonl"]),
+            "lease 11 held": load_samples([CLOSED / "lease11-held.jsonl"]),
+            "lease 12": load_samples([CLOSED / "lease12.jsonl"]),
+            "lease 13 held": load_samples([CLOSED / "lease13-held.jsonl"])}
 
 
 def lease12_rows() -> list[dict[str, Any]]:

@@ -9,34 +9,21 @@ than 0.5 points worse. Rule 3 (the pick) is `pick.py`'s, run apart.
 
 from __future__ import annotations
 
-from closed_fit import CLOSED, LEASE2, ROOT
-from pick import read_rows
+from closed_fit import heldout_sets
 
 from rsi_env.calibrate.report import mapes
-from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
 from rsi_env.calibrate.score import evaluate
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.sim.sglang.simulate import sglang_calibration
 
-LEASE14 = ROOT / "data/sglang/0.5.17-h100/lease14/rows.jsonl"
 METRICS = ("out_tok_per_s_mape", "ttft_p50_mape", "tpot_p50_mape")
-
-
-def held_sets() -> dict[str, list[Sample]]:
-    rows14 = [r for r in read_rows([LEASE14], {}) if not r.get("server_arg_overrides")]
-    return {"lease 14": samples_from_rows(rows14, str(LEASE14)),
-            "lease 2 open loops": load_samples([str(LEASE2 / f"h{i}.jsonl") for i in (1, 2, 3)]),
-            "lease 10 c1": load_samples([CLOSED / "lease10-c1.jsonl"]),
-            "lease 11 held": load_samples([CLOSED / "lease11-held.jsonl"]),
-            "lease 12": load_samples([CLOSED / "lease12.jsonl"]),
-            "lease 13 held": load_samples([CLOSED / "lease13-held.jsonl"])}
 
 
 def main() -> None:
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
     cals = {"shipped": shipped, "lag 1": shipped.with_coefficients({"launch_lag": 1.0})}
-    sets = held_sets()
+    sets = heldout_sets()
     low = [s for v in sets.values() for s in v if s.workload.name == "many_small" and s.real.ttft_p50 < 0.1]
     verdicts = []
     for i, (name, samples) in enumerate({"rule 1: many_small, TTFT p50 < 100 ms": low, **sets}.items()):

@@ -18,17 +18,16 @@ import json
 import statistics
 from pathlib import Path
 
-from closed_fit import CLOSED, L15_CANDIDATES, LEASE2, ROOT
-from pick import read_rows
+from closed_fit import CLOSED, L15_CANDIDATES, heldout_sets, lease14_samples
+from repeat import loo
 
 from rsi_env.calibrate.report import mapes
-from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
+from rsi_env.calibrate.samples import Sample, load_samples
 from rsi_env.calibrate.score import evaluate
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.sim.sglang.simulate import sglang_calibration
 
 HERE = Path(__file__).resolve().parent
-LEASE14 = ROOT / "data/sglang/0.5.17-h100/lease14/rows.jsonl"
 E_STEPS = ("e1", "e2", "e3", "e4")
 
 
@@ -42,19 +41,16 @@ def by_flags(samples: list[Sample], names: tuple[str, ...], keep: bool) -> list[
 def held_sets(with_x1: bool) -> dict[str, list[Sample]]:
     """Rule 1's set (``with_x1``: lease 15's x1 in it), then rule 2's sets (heldout-all.txt's, lease 13's e1-e4 moved
     to rule 1), then lease 15's rows under no rule."""
-    l13 = load_samples([CLOSED / "lease13-held.jsonl"])
+    held = heldout_sets()
+    l13 = held["lease 13 held"]
     x1 = load_samples([CLOSED / "lease15-x1.jsonl"])
     rule1 = ("rule 1: lease 13 e1-e4 + lease 15 x1", by_flags(l13, E_STEPS, True) + x1) if with_x1 else (
         "rule 1: lease 13 e1-e4", by_flags(l13, E_STEPS, True))
+    rest = {("lease 13 defaults, c1" if k == "lease 13 held" else k): (by_flags(v, E_STEPS, False)
+                                                                       if k == "lease 13 held" else v)
+            for k, v in held.items()}
     return {
-        rule1[0]: rule1[1],
-        "lease 14": samples_from_rows([r for r in read_rows([LEASE14], {}) if not r.get("server_arg_overrides")],
-                                      str(LEASE14)),
-        "lease 2 open loops": load_samples([str(LEASE2 / f"h{i}.jsonl") for i in (1, 2, 3)]),
-        "lease 10 c1": load_samples([CLOSED / "lease10-c1.jsonl"]),
-        "lease 11 held": load_samples([CLOSED / "lease11-held.jsonl"]),
-        "lease 12": load_samples([CLOSED / "lease12.jsonl"]),
-        "lease 13 defaults, c1": by_flags(l13, E_STEPS, False),
+        rule1[0]: rule1[1], **rest,
         "lease 15 e1, e2, s2 (no rule)": load_samples([CLOSED / "lease15-again.jsonl"]),
         **({} if with_x1 else {"lease 15 x1 (no rule)": x1,
                                "lease 15 g1-g3 (no rule)": load_samples([CLOSED / "lease15-train.jsonl"])}),
@@ -74,10 +70,10 @@ def repeat(samples: list[Sample]) -> None:
         cells = []
         for label, f in (("tok/s", "out_tok_per_s"), ("TPOT", "tpot_p50")):
             xs = [getattr(s.real, f) for s in got]
-            loo = [abs(x / statistics.fmean(xs[:i] + xs[i + 1:]) - 1.0) for i, x in enumerate(xs)]
-            loo_all[label] += loo
+            rep = loo(xs)
+            loo_all[label] += rep
             cells.append(f"{label} " + ", ".join(f"{x * (1e3 if f == 'tpot_p50' else 1):,.{1 if f == 'tpot_p50' else 0}f}"
-                                               for x in xs) + f" ({100 * statistics.fmean(loo):.1f} %)")
+                                               for x in xs) + f" ({100 * statistics.fmean(rep):.1f} %)")
         print(f"  {flags[:60]:60s} {w:11s} " + "; ".join(cells))
     print("  mean: " + ", ".join(f"{k} {100 * statistics.fmean(v):.1f} %" for k, v in loo_all.items() if v))
 
@@ -108,8 +104,7 @@ def main() -> None:
     print("\n" + "\n".join(verdicts))
     l13_l15 = load_samples([CLOSED / f for f in ("lease13-held.jsonl", "lease15-train.jsonl", "lease15-x1.jsonl",
                                                  "lease15-again.jsonl")])
-    repeat(l13_l15 + samples_from_rows([r for r in read_rows([LEASE14], {}) if not r.get("server_arg_overrides")],
-                                       str(LEASE14)))
+    repeat(l13_l15 + lease14_samples())
 
 
 if __name__ == "__main__":

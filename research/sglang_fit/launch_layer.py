@@ -41,13 +41,13 @@ def main() -> None:
     workloads = {w["name"]: Workload.from_dict(w)
                  for w in json.loads((HERE / "eager_search/candidates.json").read_text())["workloads"]}
     rows = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
-    logged = [r for r in rows if real_passes([r], r["flags"], r["workload"]) is not None]
-    hw, model = logged[0]["hardware"], logged[0]["model"]
+    logged = [(r, got) for r in rows if (got := real_passes([r], r["flags"], r["workload"])) is not None]
+    hw, model = logged[0][0]["hardware"], logged[0][0]["model"]
     shipped = sglang_calibration(hw)
     diffs = []
-    for r in logged:
+    for r, got in logged:
         graph_at = r["resolved"]["cuda_graph_max_bs"]
-        real = binned(real_passes([r], r["flags"], r["workload"]) or [], 32, graph_at)
+        real = binned(got, 32, graph_at)
         sim = binned(sim_passes(r["flags"], model, hw, workloads[r["workload"]], shipped), 32, graph_at)
         for key in sorted(k for k in real if k[1] == "e" and k in sim):
             diffs.append(real[key] - sim[key])

@@ -24,6 +24,11 @@ from rsi_env.sim.sglang import simulate_sglang_detailed
 METRICS = (("out_tok_per_s", "tok/s"), ("ttft_p50", "TTFT"), ("tpot_p50", "TPOT"))
 
 
+def loo(xs: list[float]) -> list[float]:
+    """Each start's absolute relative error against the mean of the other starts (SGLang's own repeat)."""
+    return [abs(x / statistics.fmean(xs[:i] + xs[i + 1:]) - 1.0) for i, x in enumerate(xs)]
+
+
 def main() -> None:
     args = parser(__doc__).parse_args()
     doc = json.loads(args.candidates.read_text())
@@ -46,8 +51,7 @@ def main() -> None:
             cells = []
             for key, m in METRICS:
                 xs = [getattr(t[w.name], key) for t in runs]
-                loo = [abs(x / statistics.fmean(xs[:i] + xs[i + 1:]) - 1.0) for i, x in enumerate(xs)]
-                errs = [statistics.fmean(loo)] + [statistics.fmean(abs(getattr(s, key) / x - 1.0) for x in xs)
+                errs = [statistics.fmean(loo(xs))] + [statistics.fmean(abs(getattr(s, key) / x - 1.0) for x in xs)
                                                   for s in sims]
                 for lb, v in zip(labels, errs, strict=True):
                     totals.setdefault((m, lb), []).append(v)

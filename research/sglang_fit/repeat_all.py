@@ -17,10 +17,10 @@ import json
 import statistics
 from pathlib import Path
 
-from closed_fit import CLOSED, ROOT
-from pick import read_rows
+from closed_fit import CLOSED, lease14_samples
+from repeat import loo
 
-from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
+from rsi_env.calibrate.samples import Sample, load_samples
 from rsi_env.calibrate.score import evaluate
 from rsi_env.engine.hardware import load_hardware
 from rsi_env.sim.sglang.simulate import sglang_calibration
@@ -28,15 +28,13 @@ from rsi_env.sim.sglang.simulate import sglang_calibration
 FILES = {10: ["lease10-train.jsonl", "lease10-c1.jsonl"], 11: ["lease11-train.jsonl", "lease11-held.jsonl"],
          12: ["lease12.jsonl"], 13: ["lease13-train.jsonl", "lease13-held.jsonl"],
          15: ["lease15-train.jsonl", "lease15-x1.jsonl", "lease15-again.jsonl"]}
-LEASE14 = ROOT / "data/sglang/0.5.17-h100/lease14/rows.jsonl"
 METRICS = (("out_tok_per_s", "tok/s"), ("ttft_p50", "TTFT p50"), ("tpot_p50", "TPOT p50"))
 
 
 def samples(leases: list[int]) -> list[Sample]:
     out = [s for n in leases if n in FILES for s in load_samples([CLOSED / f for f in FILES[n]])]
     if 14 in leases:
-        rows = [r for r in read_rows([LEASE14], {}) if not r.get("server_arg_overrides")]
-        out += [s for s in samples_from_rows(rows, str(LEASE14)) if s.workload.name in ("short_long", "many_small")]
+        out += [s for s in lease14_samples() if s.workload.name in ("short_long", "many_small")]
     return out
 
 
@@ -60,7 +58,7 @@ def main() -> None:
         cells = []
         for key, label in METRICS:
             xs = [getattr(s.real, key) for s in starts]
-            rep = statistics.fmean(abs(x / statistics.fmean(xs[:i] + xs[i + 1:]) - 1.0) for i, x in enumerate(xs))
+            rep = statistics.fmean(loo(xs))
             err = statistics.fmean(abs(p[f"sim_{key.replace('out_tok_per_s', 'tok_s')}"] / x - 1.0)
                                    for p, x in zip(sim, xs, strict=True))
             means.setdefault(f"{label} real", []).append(rep)
