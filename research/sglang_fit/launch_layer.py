@@ -18,6 +18,7 @@ import hashlib
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 from eager_passes import binned
 from passes import real_passes, sim_passes
@@ -25,6 +26,7 @@ from passes import real_passes, sim_passes
 from rsi_env.calibrate.report import fitted_at, named
 from rsi_env.engine.model import load_model
 from rsi_env.engine.workload import Workload
+from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.sglang.simulate import sglang_calibration
 
 HERE = Path(__file__).resolve().parent
@@ -33,31 +35,49 @@ LEASE15 = ROOT / "data/sglang/0.5.17-h100/lease15"
 ROWS = [LEASE15 / "call1/rows.jsonl", LEASE15 / "call2/rows.jsonl"]
 
 
+def shortfalls(rows: list[dict[str, Any]], calibration: Calibration, show: bool = True) -> list[float]:
+    """Per bin of 32 running requests above the graph in the every-pass ``rows``: the real median decode pass less
+    the sim's median of the same bin under ``calibration``, in seconds."""
+    workloads = {w["name"]: Workload.from_dict(w)
+                 for w in json.loads((HERE / "eager_search/candidates.json").read_text())["workloads"]}
+    logged = [(r, got) for r in rows if (got := real_passes([r], r["flags"], r["workload"])) is not None]
+    diffs = []
+    for r, got in logged:
+        graph_at = r["resolved"]["cuda_graph_max_bs"]
+        real = binned(got, 32, graph_at)
+        sim = binned(sim_passes(r["flags"], r["model"], r["hardware"], workloads[r["workload"]],
+                                calibration), 32, graph_at)
+        for key in sorted(k for k in real if k[1] == "e" and k in sim):
+            diffs.append(real[key] - sim[key])
+            if show:
+                print(f"{json.dumps(r['flags'])} running {key[0]:3d}+: real {1e3 * real[key]:5.1f} ms, "
+                      f"sim {1e3 * sim[key]:5.1f} ms, short by {1e3 * diffs[-1]:+5.2f} ms")
+    return diffs
+
+
+def machine_layer(rows: list[dict[str, Any]], show: bool = True) -> tuple[float, list[float]]:
+    """The shipped ``uncaptured_layer_s`` plus the median of `shortfalls` over the model's layers (the launch cost
+    per layer of the machine that made the every-pass ``rows``), and the shortfalls."""
+    shipped = sglang_calibration(rows[0]["hardware"])
+    diffs = shortfalls(rows, shipped, show)
+    layers = load_model(rows[0]["model"]).num_layers
+    short = statistics.median(diffs)
+    value = shipped.uncaptured_layer_s + short / layers
+    if show:
+        print(f"median shortfall {1e3 * short:.2f} ms over {len(diffs)} bins / {layers} layers: uncaptured_layer_s "
+              f"{shipped.uncaptured_layer_s:.4g} -> {value:.4g}")
+    return value, diffs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", nargs="*", type=Path, default=ROWS)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
-    workloads = {w["name"]: Workload.from_dict(w)
-                 for w in json.loads((HERE / "eager_search/candidates.json").read_text())["workloads"]}
     rows = [json.loads(line) for f in args.rows for line in f.read_text().splitlines() if line.strip()]
-    logged = [(r, got) for r in rows if (got := real_passes([r], r["flags"], r["workload"])) is not None]
-    hw, model = logged[0][0]["hardware"], logged[0][0]["model"]
+    hw = rows[0]["hardware"]
     shipped = sglang_calibration(hw)
-    diffs = []
-    for r, got in logged:
-        graph_at = r["resolved"]["cuda_graph_max_bs"]
-        real = binned(got, 32, graph_at)
-        sim = binned(sim_passes(r["flags"], model, hw, workloads[r["workload"]], shipped), 32, graph_at)
-        for key in sorted(k for k in real if k[1] == "e" and k in sim):
-            diffs.append(real[key] - sim[key])
-            print(f"{json.dumps(r['flags'])} running {key[0]:3d}+: real {1e3 * real[key]:5.1f} ms, "
-                  f"sim {1e3 * sim[key]:5.1f} ms, short by {1e3 * diffs[-1]:+5.2f} ms")
-    layers = load_model(model).num_layers
-    short = statistics.median(diffs)
-    value = shipped.uncaptured_layer_s + short / layers
-    print(f"median shortfall {1e3 * short:.2f} ms over {len(diffs)} bins / {layers} layers: uncaptured_layer_s "
-          f"{shipped.uncaptured_layer_s:.4g} -> {value:.4g}")
+    value, diffs = machine_layer(rows)
     if args.write:
         files = [str(f.resolve().relative_to(ROOT)) for f in args.rows]
         digest = hashlib.sha256("".join(f.read_text() for f in args.rows).encode()).hexdigest()[:12]
@@ -67,7 +87,7 @@ def main() -> None:
             f"the shipped calibration's ({shipped.id})",
             "terms": ["uncaptured_layer_s"], "measurements": files, "measurements_sha256_12": digest,
             "parent": shipped.id, "parent_provenance": shipped.provenance,
-            "bins": len(diffs), "median_shortfall_s": short})
+            "bins": len(diffs), "median_shortfall_s": statistics.median(diffs)})
         out = HERE / f"{hw}-{cal.engine_version}-launch.yaml"
         cal.save(out)
         print(f"wrote {out.relative_to(ROOT)} ({cal.id})")
