@@ -2,6 +2,8 @@
 sim misses?
 
     python3 research/sglang_fit/judge_lease16.py
+    python3 research/sglang_fit/judge_lease16.py --rows-dir data/sglang/0.5.17-h200/lease16 \
+        --base research/sglang_fit/h200-sglang-0.5-transfer.yaml
 
 Written before the lease, as the plan fixes it:
 
@@ -15,10 +17,16 @@ Written before the lease, as the plan fixes it:
   (h100-sxm-sglang-0.5-launch.yaml); lease 11's h5 under each, with its real throughput beside this lease's (the
   amount the level moves between lent machines); SGLang's own repeat of h5 and e1 against the sim's error on the same
   starts; m96's and passes-frozen's TTFT p50, real and sim (their passes: passes.py).
+
+On an H200 (research/plans/sglang_lease16_h200.md), ``--base`` names the calibration that stands for the shipped one
+(the H100's priced on the H200, transfer_h200.py), and the defaults join h5 and e1. The transfer's rule: over the
+defaults' and h5's rows, its throughput MAPE within 5 % and below the fallback's (vLLM's H200 coefficients). Lease
+11's h5 and lease 15's launch candidate, H100's, are left out there.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -40,11 +48,12 @@ ROOT = HERE.parents[1]
 LEASE16 = ROOT / "data/sglang/0.5.17-h100/lease16"  # call1, call2: the driver's rows
 CANDIDATES = HERE / "lease16/candidates.json"  # h5 and e1 by name
 NAMES = ("h5", "e1")
+CAPTURED = ("defaults", "h5")  # the transfer's rule: configurations whose passes run inside CUDA graphs
 
 
-def lease16_rows() -> list[dict[str, Any]]:
+def lease16_rows(where: Path) -> list[dict[str, Any]]:
     """Every call's driver rows, in the order measured."""
-    return read_rows(sorted(LEASE16.glob("call*/rows.jsonl")), {})
+    return read_rows(sorted(where.glob("call*/rows.jsonl")), {})
 
 
 def logged(rows: list[dict[str, Any]], graphs: int, workload: str) -> list[dict[str, Any]]:
@@ -73,22 +82,30 @@ def by_workload(errs: list[tuple[Sample, float, float, float]]) -> dict[str, lis
 
 
 def main() -> None:
-    rows = lease16_rows()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows-dir", type=Path, default=LEASE16)
+    ap.add_argument("--base", type=Path, help="the calibration standing for the shipped one (default: the chip's)")
+    args = ap.parse_args()
+    rows = lease16_rows(args.rows_dir)
     p32 = logged(rows, 32, "short_long")
-    print(f"p32: {len(p32)} every-pass rows")
-    layer, _ = machine_layer(p32)
-    shipped = sglang_calibration(p32[0]["hardware"])
-    cals = {"machine": shipped.with_coefficients({"uncaptured_layer_s": layer}), "shipped": shipped,
-            "launch": sglang_calibration(shipped.hardware, HERE / "h100-sxm-sglang-0.5-launch.yaml")}
-    held = {n: samples_from_rows(of_configs(rows, CANDIDATES, (n,)), f"lease 16's {n}") for n in NAMES}
+    hw = p32[0]["hardware"]
+    shipped = sglang_calibration(hw, args.base) if args.base else sglang_calibration(hw)
+    print(f"p32: {len(p32)} every-pass rows on {hw}; base {shipped.id}")
+    layer, _ = machine_layer(p32, shipped)
+    h100 = hw == "h100-sxm"
+    cals = {"machine": shipped.with_coefficients({"uncaptured_layer_s": layer}), "base": shipped,
+            **({"launch": sglang_calibration(hw, HERE / "h100-sxm-sglang-0.5-launch.yaml")} if h100 else
+               {"fallback": sglang_calibration(hw)})}
+    names = NAMES if h100 else ("defaults", *NAMES)
+    held = {n: samples_from_rows(of_configs(rows, CANDIDATES, (n,)), f"lease 16's {n}") for n in names}
     h5_flags = json.dumps(json.loads(CANDIDATES.read_text())["candidates"][0]["flags"], sort_keys=True)
     l11_h5 = samples_from_rows([r for r in lease11_held_rows() if json.dumps(r["flags"], sort_keys=True) == h5_flags],
-                               "lease 11's h5")
+                               "lease 11's h5") if h100 else []
 
     print("\nthroughput error (sim / real - 1) per row, and each configuration's mean absolute error:")
     signed: dict[str, dict[str, dict[str, float]]] = {}
     for label, cal in cals.items():
-        for n in NAMES:
+        for n in names:
             errs = errors(held[n], cal)
             per = by_workload(errs)
             signed.setdefault(label, {})[n] = {w: statistics.fmean(v) for w, v in per.items()}
@@ -96,11 +113,13 @@ def main() -> None:
             print(f"  {label:8s} {n}: " + "; ".join(f"{w} " + ", ".join(f"{100 * x:+.1f}" for x in v)
                                                    for w, v in per.items()) + f" -> {100 * mape:.1f} %")
             signed[label][n]["mape"] = mape
+        if not l11_h5:
+            continue
         errs = errors(l11_h5, cal)
         print(f"  {label:8s} lease 11 h5: " + "; ".join(f"{w} " + ", ".join(f"{100 * x:+.1f}" for x in v)
                                                        for w, v in by_workload(errs).items()))
 
-    print("\nh5's real throughput, lease 11 against lease 16 (tok/s):")
+    print("\nh5's real throughput, lease 11 against lease 16 (tok/s):" if l11_h5 else "")
     for w in ("short_long", "many_small"):
         a = [s.real.out_tok_per_s for s in l11_h5 if s.workload.name == w]
         b = [s.real.out_tok_per_s for s in held.get("h5", []) if s.workload.name == w]
@@ -109,7 +128,7 @@ def main() -> None:
                   f"{100 * (statistics.fmean(a) / statistics.fmean(b) - 1):+.1f} %")
 
     print("\nSGLang's own repeat (each start against the mean of the others) beside the machine calibration's error:")
-    for n in NAMES:
+    for n in names:
         errs = errors(held[n], cals["machine"])
         for w in ("short_long", "many_small"):
             got = [e for e in errs if e[0].workload.name == w]
@@ -123,13 +142,19 @@ def main() -> None:
                              f" sim {100 * statistics.fmean(abs(e[i]) for e in got):.1f} %")
             print(f"  {n} {w:11s} " + "; ".join(cells))
 
-    print("\nmany_small's every-pass starts, TTFT p50 real and sim (shipped):")
+    print("\nmany_small's every-pass starts, TTFT p50 real and sim (base):")
     for r in [r for r in rows if (r.get("server_arg_overrides") or {}).get("decode_log_interval")
               and r["workload"] == "many_small"]:
         for s, _, ttft, _ in errors(samples_from_rows([r]), shipped):
             print(f"  graphs to {r['resolved']['cuda_graph_max_bs']}: real {1e3 * s.real.ttft_p50:.1f} ms, "
                   f"sim {1e3 * s.real.ttft_p50 * (1 + ttft):.1f} ms ({100 * ttft:+.1f} %)")
 
+    if not h100:
+        mape = {k: statistics.fmean(abs(e[1]) for n in CAPTURED for e in errors(held[n], cals[k]))
+                for k in ("base", "fallback")}
+        ok = mape["base"] <= 0.05 and mape["base"] < mape["fallback"]
+        print(f"\nthe transfer on {' and '.join(CAPTURED)}: throughput MAPE {100 * mape['base']:.1f} % (fallback "
+              f"{100 * mape['fallback']:.1f} %): {'adopted' if ok else 'NOT adopted'}")
     m = signed["machine"]
     host = all(m[n]["mape"] <= 0.05 for n in NAMES)
     parted = [w for w in ("short_long", "many_small")

@@ -55,10 +55,12 @@ def shortfalls(rows: list[dict[str, Any]], calibration: Calibration, show: bool 
     return diffs
 
 
-def machine_layer(rows: list[dict[str, Any]], show: bool = True) -> tuple[float, list[float]]:
-    """The shipped ``uncaptured_layer_s`` plus the median of `shortfalls` over the model's layers (the launch cost
-    per layer of the machine that made the every-pass ``rows``), and the shortfalls."""
-    shipped = sglang_calibration(rows[0]["hardware"])
+def machine_layer(rows: list[dict[str, Any]], base: Calibration | None = None,
+                  show: bool = True) -> tuple[float, list[float]]:
+    """``base``'s (else the chip's shipped calibration's) ``uncaptured_layer_s`` plus the median of `shortfalls` under
+    it over the model's layers (the launch cost per layer of the machine that made the every-pass ``rows``), and the
+    shortfalls."""
+    shipped = base or sglang_calibration(rows[0]["hardware"])
     diffs = shortfalls(rows, shipped, show)
     layers = load_model(rows[0]["model"]).num_layers
     short = statistics.median(diffs)
