@@ -29,8 +29,7 @@ from rsi_env.sim.sglang.simulate import sglang_calibration
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = HERE / "h200-sglang-0.5-transfer.yaml"
-STEPS = {"defaults": {}, "h5": {"schedule_conservativeness": 0.3, "cuda_graph_max_bs": 160},
-         "e1": {"cuda_graph_max_bs": 96}, "p32": {"cuda_graph_max_bs": 32}}
+STEPS = HERE / "lease16/candidates.json"  # the defaults, h5 and e1 by name; p32 is short_long at graphs to 32
 
 
 def transfer(source: str = "h100-sxm", target: str = "h200") -> Calibration:
@@ -47,11 +46,12 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     cal = transfer()
-    doc = json.loads((HERE / "eager_search/candidates.json").read_text())
+    doc = json.loads(STEPS.read_text())
+    steps = {c["name"]: c["flags"] for c in [doc["defaults"], *doc["candidates"]]} | {"p32": {"cuda_graph_max_bs": 32}}
     cals = {"H100 shipped": ("h100-sxm", sglang_calibration("h100-sxm")), "H200 transfer": ("h200", cal),
             "H200 fallback": ("h200", sglang_calibration("h200"))}
     print(f"{'':8s} {'workload':11s} " + " ".join(f"{k:>24s}" for k in cals) + "   (tok/s, TTFT p50 ms, TPOT p50 ms)")
-    for name, flags in STEPS.items():
+    for name, flags in steps.items():
         for w in doc["workloads"]:
             if name == "p32" and w["name"] != "short_long":
                 continue
