@@ -11,6 +11,8 @@ the H200 falls back to vLLM's H200 coefficients (`sglang_calibration`).
 Prints, for lease 16's steps (research/plans/sglang_lease16_h200.md) on RSI/Batching-v0's two workloads, the
 transfer's prediction beside the fallback's (throughput, TTFT p50, TPOT p50) and the H100's own; written before the
 lease, kept as predictions-lease16-h200.txt. ``--write``: research/sglang_fit/h200-sglang-0.5-transfer.yaml.
+``--earlier``: the transfer and the fallback against the H200 rows already in the repo (data/eval/
+batching_sglang_h100_on_h200: SGLang's triton attention, the collector live, so under no rule of the plan).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from rsi_env.sim.sglang.simulate import sglang_calibration
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = HERE / "h200-sglang-0.5-transfer.yaml"
+EARLIER = (ROOT / "data/eval/batching_sglang_h100_on_h200/real.jsonl",
+           ROOT / "configs/eval/batching_sglang_h100_on_h200.candidates.json")
 STEPS = HERE / "lease16/candidates.json"  # the defaults, h5 and e1 by name; p32 is short_long at graphs to 32
 
 
@@ -41,9 +45,27 @@ def transfer(source: str = "h100-sxm", target: str = "h200") -> Calibration:
         "parent": base.id, "parent_provenance": base.provenance})
 
 
+def earlier(cals: dict[str, Calibration]) -> None:
+    """Each of `EARLIER`'s promoted rows: its KV pool and throughput, real beside each calibration's."""
+    rows, candidates = EARLIER
+    doc = json.loads(candidates.read_text())
+    workloads = {w["name"]: Workload.from_dict(w) for w in doc["workloads"]}
+    print(f"\n{rows.relative_to(ROOT)}: KV pool (tokens) and throughput (tok/s), real | " + " | ".join(cals))
+    for line in rows.read_text().splitlines():
+        r = json.loads(line)
+        for t, name in zip(r["telemetry"], r["workloads"], strict=True):
+            sims = [simulate_sglang_detailed(r["flags"], doc["model"], "h200", workloads[name], calibration=c)[0]
+                    for c in cals.values()]
+            print(f"  {r['name']:8s} {name:11s} pool {t['num_gpu_blocks']:,} | {sims[0].num_gpu_blocks:,}; "
+                  f"tok/s {t['out_tok_per_s']:,.0f} | " + " | ".join(
+                      f"{x.out_tok_per_s:,.0f} ({100 * (x.out_tok_per_s / t['out_tok_per_s'] - 1):+.1f} %)"
+                      for x in sims))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--earlier", action="store_true")
     args = ap.parse_args()
     cal = transfer()
     doc = json.loads(STEPS.read_text())
@@ -60,6 +82,8 @@ def main() -> None:
                 t = simulate_sglang_detailed(flags, doc["model"], hw, Workload.from_dict(w), calibration=c)[0]
                 cells.append(f"{t.out_tok_per_s:9,.0f} {1e3 * t.ttft_p50:6.1f} {1e3 * t.tpot_p50:5.1f}")
             print(f"{name:8s} {w['name']:11s} " + " ".join(f"{c:>24s}" for c in cells))
+    if args.earlier:
+        earlier({"transfer": cal, "fallback": cals["H200 fallback"][1]})
     if args.write:
         cal.save(OUT)
         print(f"wrote {OUT.relative_to(ROOT)} ({cal.id})")
