@@ -95,12 +95,16 @@ def main() -> None:
     ap.add_argument("--hardware", default="h100-sxm")
     ap.add_argument("--rows", type=Path, help="the SGLang driver's JSON lines, run with decode_log_interval=1")
     ap.add_argument("--json", type=Path, help="write the sim's summaries here")
+    ap.add_argument("--config", action="append", default=[], metavar="NAME=FLAGS",
+                    help="a configuration (JSON flags) instead of the defaults, c1 and c2; repeatable")
+    ap.add_argument("--workload", help="only this workload of the candidates file")
     args = ap.parse_args()
+    configs = {c.split("=", 1)[0]: json.loads(c.split("=", 1)[1]) for c in args.config} or CONFIGS
     doc = json.loads(CANDIDATES.read_text())
     rows = [json.loads(x) for x in args.rows.read_text().splitlines() if x.strip()] if args.rows else []
     saved: dict[str, Any] = {"hardware": args.hardware, "model": doc["model"], "sim": {}}
-    for name, flags in CONFIGS.items():
-        for w in doc["workloads"]:
+    for name, flags in configs.items():
+        for w in [w for w in doc["workloads"] if args.workload in (None, w["name"])]:
             wl = Workload.from_dict(w)
             sim = summary(sim_passes(flags, doc["model"], args.hardware, wl), int(w["requests"]))
             saved["sim"][f"{name}/{wl.name}"] = sim
