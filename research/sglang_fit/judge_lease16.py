@@ -110,11 +110,12 @@ def main() -> None:
     l11_h5 = samples_from_rows([r for r in lease11_held_rows() if json.dumps(r["flags"], sort_keys=True) == h5_flags],
                                "lease 11's h5") if h100 else []
 
+    errs_of = {label: {n: errors(held[n], cal) for n in names} for label, cal in cals.items()}
     print("\nthroughput error (sim / real - 1) per row, and each configuration's mean absolute error:")
     signed: dict[str, dict[str, dict[str, float]]] = {}
     for label, cal in cals.items():
         for n in names:
-            errs = errors(held[n], cal)
+            errs = errs_of[label][n]
             per = by_workload(errs)
             signed.setdefault(label, {})[n] = {w: statistics.fmean(v) for w, v in per.items()}
             mape = statistics.fmean(abs(e[1]) for e in errs)
@@ -137,7 +138,7 @@ def main() -> None:
 
     print("\nSGLang's own repeat (each start against the mean of the others) beside the machine calibration's error:")
     for n in names:
-        errs = errors(held[n], cals["machine"])
+        errs = errs_of["machine"][n]
         for w in ("short_long", "many_small"):
             got = [e for e in errs if e[0].workload.name == w]
             if len(got) < 2:
@@ -158,7 +159,7 @@ def main() -> None:
                   f"sim {1e3 * s.real.ttft_p50 * (1 + ttft):.1f} ms ({100 * ttft:+.1f} %)")
 
     if not h100:
-        mape = {k: statistics.fmean(abs(e[1]) for n in CAPTURED for e in errors(held[n], cals[k]))
+        mape = {k: statistics.fmean(abs(e[1]) for n in CAPTURED for e in errs_of[k][n])
                 for k in ("base", "fallback")}
         ok = mape["base"] <= 0.05 and mape["base"] < mape["fallback"]
         print(f"\nthe transfer on {' and '.join(CAPTURED)}: throughput MAPE {100 * mape['base']:.1f} % (fallback "
