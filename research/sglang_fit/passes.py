@@ -28,6 +28,7 @@ from rsi_env.engine.workload import Workload
 from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.sglang import engine as sglang_engine
 from rsi_env.sim.sglang import simulate_sglang_detailed
+from rsi_env.sim.sglang.engine import SglangResult
 from rsi_env.sim.sglang.simulate import sglang_calibration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,17 +38,17 @@ CONFIGS = {"defaults": {}, "c2": {"max_running_requests": 128, "chunked_prefill_
                   "schedule_conservativeness": 0.7, "cuda_graph_max_bs": 512}}
 
 
-def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workload,
-               calibration: Calibration | None = None) -> list[dict[str, Any]]:
-    """Every pass of the SGLang sim's run (``calibration``, else the chip's shipped one): kind, new requests and
-    tokens (prefill), running, queued, time."""
+def sim_run(flags: dict[str, Any], model: str, hardware: str, workload: Workload,
+            calibration: Calibration | None = None) -> tuple[list[dict[str, Any]], SglangResult | None]:
+    """Every pass of the SGLang sim's run (``calibration``, else the chip's shipped one): kind, start time, new
+    requests and tokens (prefill), running, queued, time; and the run's result (its requests' timestamps)."""
     passes: list[dict[str, Any]] = []
     price = sglang_engine.SglangEngineSim._price
 
     def recording(self: sglang_engine.SglangEngineSim, batch: Any, running: int, parts: list[float],
                   after_decode: bool = False) -> float:
         dt = price(self, batch, running, parts, after_decode)
-        p: dict[str, Any] = {"kind": "prefill" if batch.is_prefill else "decode", "running": running,
+        p: dict[str, Any] = {"kind": "prefill" if batch.is_prefill else "decode", "t": self.now, "running": running,
                              "queue": len(self.sched.waiting), "dt": dt}
         if batch.is_prefill:
             p |= {"new_seq": len(batch.reqs), "new_token": sum(r.extend for r in batch.reqs)}
@@ -56,10 +57,17 @@ def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workl
 
     sglang_engine.SglangEngineSim._price = recording  # type: ignore[method-assign]
     try:
-        simulate_sglang_detailed(flags, model, hardware, workload, calibration=calibration or sglang_calibration(hardware))
+        _, _, result = simulate_sglang_detailed(flags, model, hardware, workload,
+                                                calibration=calibration or sglang_calibration(hardware))
     finally:
         sglang_engine.SglangEngineSim._price = price  # type: ignore[method-assign]
-    return passes
+    return passes, result
+
+
+def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workload,
+               calibration: Calibration | None = None) -> list[dict[str, Any]]:
+    """`sim_run`'s passes."""
+    return sim_run(flags, model, hardware, workload, calibration)[0]
 
 
 def real_passes(rows: list[dict[str, Any]], flags: dict[str, Any], workload: str) -> list[dict[str, Any]] | None:

@@ -22,13 +22,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from passes import sim_run
+
 from rsi_env.engine.workload import Workload
-from rsi_env.sim.sglang import engine as sglang_engine
-from rsi_env.sim.sglang import simulate_sglang_detailed
 from rsi_env.sim.sglang.simulate import sglang_calibration
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = [ROOT / "data/sglang/0.5.17-h100/lease16/call1/rows.jsonl"]
+H100 = ROOT / "data/sglang/0.5.17-h100"
+ROWS = [H100 / "lease8/passes.jsonl", H100 / "lease10/rows.jsonl", H100 / "lease16/call1/rows.jsonl"]  # many_small logs
 
 
 def waits(times: list[float], kinds: list[str], spans: list[tuple[float, float]]) -> tuple[list[int], list[int]]:
@@ -44,23 +45,10 @@ def waits(times: list[float], kinds: list[str], spans: list[tuple[float, float]]
 def sim_waits(flags: dict[str, Any], model: str, hardware: str, workload: Workload) -> tuple[list[int], list[int]]:
     """`waits` over the shipped sim's passes (their start times) and its requests."""
     cal = sglang_calibration(hardware)
-    starts: list[float] = []
-    kinds: list[str] = []
-    price = sglang_engine.SglangEngineSim._price
-
-    def recording(self: sglang_engine.SglangEngineSim, batch: Any, running: int, parts: list[float],
-                  after_decode: bool = False) -> float:
-        starts.append(self.now)
-        kinds.append("prefill" if batch.is_prefill else "decode")
-        return price(self, batch, running, parts, after_decode)
-
-    sglang_engine.SglangEngineSim._price = recording  # type: ignore[method-assign]
-    try:
-        _, _, res = simulate_sglang_detailed(flags, model, hardware, workload, calibration=cal)
-    finally:
-        sglang_engine.SglangEngineSim._price = price  # type: ignore[method-assign]
+    passes, res = sim_run(flags, model, hardware, workload, cal)
     assert res is not None
-    return waits(starts, kinds, [(r.arrival, r.first_token + cal.frontend_s) for r in res.reqs])
+    return waits([p["t"] for p in passes], [p["kind"] for p in passes],
+                 [(r.arrival, r.first_token + cal.frontend_s) for r in res.reqs])
 
 
 def show(label: str, counts: list[int], prefills: list[int]) -> None:
