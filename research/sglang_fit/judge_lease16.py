@@ -57,10 +57,10 @@ def lease16_rows(where: Path) -> list[dict[str, Any]]:
     return read_rows(sorted(where.glob("call*/rows.jsonl")), {})
 
 
-def logged(rows: list[dict[str, Any]], graphs: int, workload: str) -> list[dict[str, Any]]:
-    """The every-pass rows (``decode_log_interval`` set) of graphs to ``graphs`` on ``workload``."""
+def logged(rows: list[dict[str, Any]], workload: str, graphs: int | None = None) -> list[dict[str, Any]]:
+    """The every-pass rows (``decode_log_interval`` set) on ``workload``, of graphs to ``graphs`` where given."""
     return [r for r in rows if (r.get("server_arg_overrides") or {}).get("decode_log_interval")
-            and r["flags"].get("cuda_graph_max_bs") == graphs and r["workload"] == workload]
+            and graphs in (None, r["flags"].get("cuda_graph_max_bs")) and r["workload"] == workload]
 
 
 def errors(samples: list[Sample], cal: Calibration) -> list[tuple[Sample, float, float, float]]:
@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--base", type=Path, help="the calibration standing for the shipped one (default: the chip's)")
     args = ap.parse_args()
     rows = lease16_rows(args.rows_dir)
-    p32 = logged(rows, 32, "short_long")
+    p32 = logged(rows, "short_long", 32)
     hw = p32[0]["hardware"]
     shipped = sglang_calibration(hw, args.base) if args.base else sglang_calibration(hw)
     print(f"p32: {len(p32)} every-pass rows on {hw}; base {shipped.id}")
@@ -152,8 +152,7 @@ def main() -> None:
             print(f"  {n} {w:11s} " + "; ".join(cells))
 
     print("\nmany_small's every-pass starts, TTFT p50 real and sim (base):")
-    for r in [r for r in rows if (r.get("server_arg_overrides") or {}).get("decode_log_interval")
-              and r["workload"] == "many_small"]:
+    for r in logged(rows, "many_small"):
         for s, _, ttft, _ in errors(samples_from_rows([r]), shipped):
             print(f"  graphs to {r['resolved']['cuda_graph_max_bs']}: real {1e3 * s.real.ttft_p50:.1f} ms, "
                   f"sim {1e3 * s.real.ttft_p50 * (1 + ttft):.1f} ms ({100 * ttft:+.1f} %)")

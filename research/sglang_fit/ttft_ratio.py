@@ -30,7 +30,7 @@ LOW_QUEUE = 3.0  # real TTFT p50 under this many TPOT p50s: few requests wait
 def main() -> None:
     hw = load_hardware("h100-sxm")
     cal = sglang_calibration(hw.name)
-    sims: dict[str, tuple[float, float, int]] = {}
+    sims: dict[str, tuple[float, float]] = {}
     groups: dict[str, list[tuple[float, float]]] = {"eager": [], "captured": []}
     print(f"{'rows':22s} {'flags':62s} {'real TTFT/TPOT ms':>18s} {'ratio':>5s} | {'sim':>12s} {'ratio':>5s}")
     for f in FILES:
@@ -41,8 +41,8 @@ def main() -> None:
             key = json.dumps(s.flags, sort_keys=True)
             if key not in sims:
                 p = predict(s, cal, hw)
-                sims[key] = (p.ttft_p50, p.tpot_p50, p.mean_batch_size)
-            sttft, stpot, _ = sims[key]
+                sims[key] = (p.ttft_p50, p.tpot_p50)
+            sttft, stpot = sims[key]
             graphs = s.flags.get("cuda_graph_max_bs", 256)
             kind = "eager" if graphs < s.real.mean_batch_size else "captured"
             groups[kind].append((s.real.ttft_p50 / s.real.tpot_p50, sttft / stpot))
