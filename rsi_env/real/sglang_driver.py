@@ -14,7 +14,9 @@ streaming to time arrival, first token and finish per request. Between workloads
 tree emptied), as the vLLM driver resets its prefix cache.
 
 SGLang's own counters: per request, the final stream chunk's ``meta_info`` (``cached_tokens``, ``prompt_tokens``,
-``num_retractions``) gives the prefix-cache hit rate and the retractions (SGLang's preemptions); its Prometheus gauges
+``num_retractions``) gives the prefix-cache hit rate and the retractions (SGLang's preemptions), and its time stamps
+(`ENGINE_STAMPS`, sent with ``enable_metrics``) where each request's first token went: received by the tokenizer
+manager, received by the scheduler, put in a prefill batch, that batch's result processed; its Prometheus gauges
 (`rsi_env.real.sglang_metrics`: running and queued requests, KV pool use), sampled through the workload, give the mean
 batch and the KV peak; its counters are read before and after. ``driver_gc``: every collection of this process's
 garbage collector during the workload (SGLang's tokenizer manager runs in it, so a long one starves the scheduler).
@@ -33,6 +35,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import shutil
 import sys
 import time
@@ -65,6 +68,23 @@ UNAVAILABLE = {
     "profile": "not profiled: the SGLang driver runs no profiled replay",
 }
 SAMPLE_EVERY_S = 0.05
+# The row's ``requests`` columns from SGLang's own per-request time stamps (``meta_info`` of the final chunk, wall
+# clock; ``queue_time`` is a duration): the tokenizer manager's receipt, the scheduler's (its waiting queue's entry),
+# the prefill batch's formation and that batch's result processed. On the driver's clock, like ``arrival_s``.
+ENGINE_STAMPS = ("received_s", "queued_s", "scheduled_s", "prefilled_s")
+
+
+def engine_stamps(meta: Mapping[str, Any], wall_t0: float) -> tuple[float, float, float, float]:
+    """`ENGINE_STAMPS` of one request from its final chunk's ``meta_info``, in seconds since the wall-clock time
+    ``wall_t0`` (the driver's ``t0``); NaN for each stamp SGLang did not send."""
+    def at(key: str) -> float:
+        v = meta.get(key)
+        return float(v) - wall_t0 if isinstance(v, int | float) and v > 0 else math.nan
+
+    scheduled = at("forward_entry_time")
+    queue = meta.get("queue_time")
+    queued = scheduled - float(queue) if isinstance(queue, int | float) else math.nan
+    return at("request_received_ts"), queued, scheduled, at("prefill_finished_time")
 
 
 def _counter_sums(metrics: Mapping[str, list[float]]) -> dict[str, float]:
@@ -87,6 +107,8 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
     prompts = [trace.prompt_token_ids(i, vocab) for i in range(n)]
     arrival, first, finish = np.zeros(n), np.zeros(n), np.zeros(n)
     produced = np.zeros(n, dtype=np.int64)
+    stamps = np.full((len(ENGINE_STAMPS), n), np.nan)
+    wall_minus_clock = time.time() - time.perf_counter()  # the driver's clock to the wall clock SGLang stamps with
     cached = np.zeros(n, dtype=np.int64)
     prompt_seen = np.zeros(n, dtype=np.int64)
     retractions = np.zeros(n, dtype=np.int64)
@@ -116,6 +138,7 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
             cached[i] = int(meta.get("cached_tokens") or 0)
             prompt_seen[i] = int(meta.get("prompt_tokens") or 0)
             retractions[i] = int(meta.get("num_retractions") or 0)
+            stamps[:, i] = engine_stamps(meta, wall_minus_clock + t0)
             if i in tokens and not incremental:
                 tokens[i] = [int(t) for t in chunk.get("output_ids") or []]
 
@@ -153,6 +176,8 @@ async def run_trace(engine: Any, trace: Trace, vocab: int, tag: str, *, record: 
         "output_token_ids": {str(i): t for i, t in tokens.items()},
         "host_cpu": shares.summary(),
         "driver_gc": pauses.summary(t0),
+        "engine_stamps": {k: [None if math.isnan(x) else round(float(x), 6) for x in col]
+                          for k, col in zip(ENGINE_STAMPS, stamps, strict=True)},
     }
     return RequestTimings(arrival, first, finish, trace.prompt_len, trace.output_len), counters
 
@@ -194,6 +219,7 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
         passes = LoggedPasses.columns(log.since(start))
         c["cpu_probe_ms"] = probe_w
         q = c["prefix_cache_queries"]
+        stamps = c.pop("engine_stamps")  # per request, beside the driver's own times
         tel = summarize(
             timings, slo=w.slo if args.slo_from_workload else SLO(), price_per_hour=hw.price_per_hour,
             num_gpus=cfg.num_gpus, num_preemptions=c["num_preemptions"],
@@ -213,7 +239,7 @@ def _measure(args: argparse.Namespace, engine: Any, cfg: SglangConfig, info: dic
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "requests": {"arrival_s": timings.arrival.round(6).tolist(),
                          "first_token_s": timings.first_token.round(6).tolist(),
-                         "finish_s": timings.finish.round(6).tolist()},
+                         "finish_s": timings.finish.round(6).tolist(), **stamps},
             "min_tokens": False, "steps": None, "profile": {"error": UNAVAILABLE["profile"]},
             "passes": {"decode_log_interval": resolved.get("decode_log_interval"), "lines": passes},
             "unavailable": UNAVAILABLE,

@@ -5,12 +5,13 @@ What it copies from SGLang 0.5.17 (read from ``entrypoints/engine.py`` and ``man
 ``Engine(**server_args)`` with a ``loop``; ``async_generate(input_ids=, sampling_params=, stream=True, rid=)``
 returning an async iterator of ``{"output_ids": [...so far], "meta_info": {...}}`` whose ``meta_info`` carries the
 cumulative ``completion_tokens``, ``prompt_tokens``, ``cached_tokens``, ``num_retractions`` and, on the last chunk
-only, ``finish_reason`` (``{"type": "length", ...}``, or ``{"type": "abort", "message": ...}``); ``flush_cache()``
-that refuses once while requests are pending; ``get_server_info()`` with the server args, the scheduler's sizes and
-``internal_states``; ``freeze_gc()``; one "Prefill batch, ..." line on fd 2 per request, as SGLang's scheduler
-logs each prefill pass (one request a pass here). With ``incremental_streaming_output`` a chunk's ``output_ids`` are
-its new tokens only, else all so far. Its prefix cache is the longest prefix shared with any earlier prompt since
-the last flush.
+only, ``finish_reason`` (``{"type": "length", ...}``, or ``{"type": "abort", "message": ...}``) and, with
+``enable_metrics``, the request's time stamps (``request_received_ts``, ``queue_time``, ``forward_entry_time``,
+``prefill_finished_time``); ``flush_cache()`` that refuses once while requests are pending; ``get_server_info()``
+with the server args, the scheduler's sizes and ``internal_states``; ``freeze_gc()``; one "Prefill batch, ..." line
+on fd 2 per request, as SGLang's scheduler logs each prefill pass (one request a pass here). With
+``incremental_streaming_output`` a chunk's ``output_ids`` are its new tokens only, else all so far. Its prefix cache
+is the longest prefix shared with any earlier prompt since the last flush.
 
 `install` writes a package named ``sglang`` that re-exports these, so a driver process started with it on its
 ``PYTHONPATH`` imports them as SGLang.
@@ -22,6 +23,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,7 @@ class FakeEngine:
                      "cuda graph: False, input throughput (token/s): 0.00\n").encode())
         n = int(sampling_params["max_new_tokens"]) - (1 if rid in self.short else 0)
         self.pending += 1
+        received = time.time()
 
         async def chunks() -> Any:
             out: list[int] = []
@@ -118,6 +121,8 @@ class FakeEngine:
                 for k in range(1, n + 1):
                     await asyncio.sleep(self.token_delay_s)
                     out.append((len(input_ids) * 31 + k) % 1000)
+                    if k == 1:
+                        prefilled = time.time()
                     last = k == n
                     reason: Any = None
                     if last:
@@ -127,11 +132,19 @@ class FakeEngine:
                     yield {"output_ids": ids, "meta_info": {
                         "id": rid, "finish_reason": reason, "prompt_tokens": len(input_ids),
                         "completion_tokens": k, "cached_tokens": cached,
-                        "num_retractions": self.retract.get(rid or "", 0) if last else 0}}
+                        "num_retractions": self.retract.get(rid or "", 0) if last else 0,
+                        **(self._stamps(received, prefilled) if last and self.server_args.enable_metrics else {})}}
             finally:
                 self.pending -= 1
 
         return chunks()
+
+    @staticmethod
+    def _stamps(received: float, prefilled: float) -> dict[str, float]:
+        """The final chunk's time stamps with ``enable_metrics`` (wall clock; ``queue_time`` a duration): here the
+        scheduler receives a request 0.1 ms after the tokenizer manager and batches it 0.1 ms later."""
+        return {"request_received_ts": received, "queue_time": 0.0001, "forward_entry_time": received + 0.0002,
+                "prefill_finished_time": prefilled, "response_sent_to_client_ts": time.time()}
 
     def flush_cache(self) -> _Flushed:
         if self.flushes == 0 and self.refused_flushes == 0:  # SGLang refuses while the last request winds down

@@ -84,6 +84,25 @@ def test_sglangs_own_counters_become_the_telemetrys():
     assert c["gauge_samples"] >= 1
 
 
+def test_sglangs_own_time_stamps_are_kept_per_request_on_the_drivers_clock():
+    timings, c = _run(FakeEngine(skip_tokenizer_init=True, enable_metrics=True), SHARED)
+    got = {k: np.array(v, dtype=float) for k, v in c["engine_stamps"].items()}
+    assert list(got) == list(sglang_driver.ENGINE_STAMPS)
+    # Where the first token went, in order: sent, received by the tokenizer manager, by the scheduler, batched,
+    # processed, streamed to the driver (to within the two clocks' 0.1 ms); the fake's scheduler takes 0.1 ms to
+    # receive and 0.1 ms to batch.
+    path = [timings.arrival, got["received_s"], got["queued_s"], got["scheduled_s"], got["prefilled_s"],
+            timings.first_token]
+    for a, b in zip(path, path[1:], strict=False):
+        assert np.all(a <= b + 1e-4)
+    assert np.allclose(got["queued_s"] - got["received_s"], 1e-4, atol=1e-5)
+    assert np.allclose(got["scheduled_s"] - got["queued_s"], 1e-4, atol=1e-5)
+    # Without SGLang's metrics there are none, and a stamp it did not send is never a zero.
+    _, bare = _run(FakeEngine(skip_tokenizer_init=True), SHARED)
+    assert all(x is None for col in bare["engine_stamps"].values() for x in col)
+    assert np.isnan(sglang_driver.engine_stamps({"queue_time": 0.5, "request_received_ts": 0}, 100.0)).all()
+
+
 def test_a_short_or_aborted_request_fails_the_measurement():
     with pytest.raises(RuntimeError, match="1 requests produced a different number of tokens than asked"):
         _run(FakeEngine(skip_tokenizer_init=True, short=("burst-4",)), BURST)
@@ -178,6 +197,9 @@ def test_the_driver_writes_one_row_per_workload_with_the_telemetry_and_what_sgla
         assert r["resolved"]["max_running_requests"] == 4 and r["resolved"]["cuda_graph_max_bs"] == 8
         assert r["server_args"]["attention_backend"] == "triton" and "internal_states" not in r["server_args"]
         assert r["workload_hash"] == w.content_hash and len(r["requests"]["first_token_s"]) == w.requests
+        stamps = [r["requests"][k] for k in sglang_driver.ENGINE_STAMPS]  # SGLang's own, with its metrics on
+        assert all(len(col) == w.requests and all(x > 0 for x in col) for col in stamps)
+        assert "engine_stamps" not in r["counters"]
         assert tel["error"] is None and tel["tier"] == "real" and tel["out_tok_per_s"] > 0
         assert tel["num_gpu_blocks"] == sglang_fake.KV_TOKENS  # pages of one token
         assert tel["kv_cache_usage_peak"] == 0.5 and tel["mean_batch_size"] == 4.0
