@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang leases 8-17 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease17.md), run on
+# SGLang leases 8-18 for issue 32 (research/plans/sglang_lease8.md, ..., sglang_lease18.md), run on
 # the device after `source .gpu/install_sglang.sh`; results go under $OUT as they come, in at most 8 files (the
 # device returns no more).
 #
@@ -16,6 +16,7 @@
 #                 -> rows.jsonl
 #   t tN          lease 17: many_small with the collector frozen and no pass log, SGLang's defaults (t) or
 #                 cuda_graph_max_bs N: each request's own time stamps (the driver keeps them) -> rows.jsonl
+#   n nN          lease 18: t and tN with SGLang's overlap scheduler off (disable_overlap_schedule) -> rows.jsonl
 #   g1 g2 g3      lease 15's training configurations: cuda_graph_max_bs 32 with max_running_requests 64, 160 and
 #                 SGLang's default, on both workloads (decode above the largest graph at three batch sizes) -> rows.jsonl
 #   x1            lease 15's held-out configuration (the same) -> rows.jsonl
@@ -95,6 +96,9 @@ for step in "$@"; do
                --server-arg decode_log_interval=1 --gc frozen ;;
     t) drive t --workload "$work/many_small.yaml" --gc frozen ;;
     t[0-9]*) drive "$step" --workload "$work/many_small.yaml" --set cuda_graph_max_bs="${step#t}" --gc frozen ;;
+    n) drive n --workload "$work/many_small.yaml" --gc frozen --server-arg disable_overlap_schedule=true ;;
+    n[0-9]*) drive "$step" --workload "$work/many_small.yaml" --set cuda_graph_max_bs="${step#n}" --gc frozen \
+               --server-arg disable_overlap_schedule=true ;;
     passes) drive passes --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc live ;;
     passes-frozen) drive "$step" --workload "$work/many_small.yaml" --server-arg decode_log_interval=1 --gc frozen ;;
     live:*|frozen:*)
