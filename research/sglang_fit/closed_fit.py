@@ -2,7 +2,7 @@
 fit has seen.
 
     python3 research/sglang_fit/closed_fit.py [--closed lease4|lease10] [--switch [--hold T,...]] [--max-nfev 16]
-        [--eager [--small [--shared [--batch-eager]]]] [--write]
+        [--eager [--small [--shared [--batch-eager]]]] [--write [--name KIND]]
 
 The shipped coefficients were fitted on lease 2's open loops, most below capacity, where throughput is the offered
 load: they price a pass of 200-240 running requests 10-15 % fast (the closed loop of 256 users, Batching-v0's load).
@@ -237,6 +237,7 @@ def main() -> None:
                     help="with --shared: fit uncaptured_per_req_s too, lease 15's g1-g3 in training")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--name", help="with --write: the written file's kind (default: the fit's, e.g. shared)")
     ap.add_argument("--export", action="store_true", help="write the closed-loop rows' driver-form files and stop")
     args = ap.parse_args()
     if args.switch and args.closed != "lease10":
@@ -314,7 +315,7 @@ def main() -> None:
                 else "batch-eager" if args.batch_eager else "shared" if args.shared
                 else "small" if args.small
                 else "eager" if args.eager else "switch-held" if held_terms else "switch")
-        out = HERE / f"{hw.name}-{refit.engine_version}-{kind}.yaml"
+        out = HERE / f"{hw.name}-{refit.engine_version}-{args.name or kind}.yaml"
         refit.save(out)
         print(f"wrote {out.relative_to(ROOT)} ({refit.id})")
 

@@ -1,6 +1,6 @@
 """many_small's first-token wait in units of its decode pass: TTFT p50 / TPOT p50, real against the sim, per start.
 
-    python3 research/sglang_fit/ttft_ratio.py
+    python3 research/sglang_fit/ttft_ratio.py [--calibration FILE]
 
 The sim's TTFT p50 error on many_small at low queueing moves from lent machine to lent machine (+20 to +35 % on lease
 13's e1, about -2 % on lease 16's m96), because the real passes' cost does and the sim's does not. The ratio of
@@ -12,6 +12,7 @@ the same flags.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -28,8 +29,11 @@ LOW_QUEUE = 3.0  # real TTFT p50 under this many TPOT p50s: few requests wait
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calibration", type=Path, help="the sim's calibration file (default: the chip's shipped one)")
+    args = ap.parse_args()
     hw = load_hardware("h100-sxm")
-    cal = sglang_calibration(hw.name)
+    cal = sglang_calibration(hw.name, args.calibration)
     sims: dict[str, tuple[float, float]] = {}
     groups: dict[str, list[tuple[float, float]]] = {"eager": [], "captured": []}
     print(f"{'rows':22s} {'flags':62s} {'real TTFT/TPOT ms':>18s} {'ratio':>5s} | {'sim':>12s} {'ratio':>5s}")
