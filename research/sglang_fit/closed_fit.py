@@ -276,10 +276,10 @@ def main() -> None:
     if args.batch_eager:
         terms = (*terms, "uncaptured_per_req_s")
     start = shipped.with_coefficients({"cpu_switch_per_req_s": SWITCH0}) if args.switch else shipped
-    if args.small:  # warm start: the catalog's calibration, the eager refit
-        start = shipped.with_coefficients({"kv_shared_read": SHARED0}) if args.shared else shipped
     if args.batch_eager:  # warm start: the catalog's calibration (the shared refit), the new term at PER_REQ0
         start = shipped.with_coefficients({"uncaptured_per_req_s": PER_REQ0})
+    elif args.small:  # warm start: the catalog's calibration, the eager refit
+        start = shipped.with_coefficients({"kv_shared_read": SHARED0}) if args.shared else shipped
     elif args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row held)
         start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
     t0 = time.perf_counter()
