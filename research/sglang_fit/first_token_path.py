@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,7 @@ def sim_legs(flags: dict[str, Any], model: str, hardware: str,
     """The same legs in the shipped sim, from its passes' start times and its requests' timestamps, and its TPOT
     p50."""
     cal = sglang_calibration(hardware)
-    passes, res = sim_run(flags, model, hardware, workload, cal)
+    passes, tel, res = sim_run(flags, model, hardware, workload, cal)
     assert res is not None
     starts = [p["t"] for p in passes]
     ends = np.array([p["t"] + p["dt"] for p in passes])
@@ -65,8 +64,7 @@ def sim_legs(flags: dict[str, Any], model: str, hardware: str,
     chosen_at = np.maximum(chosen, a)
     legs = {"arrival": a, "first": done + cal.frontend_s, "in": np.zeros_like(a), "queue": chosen_at - a,
             "batch": done - chosen_at, "out": np.full_like(a, cal.frontend_s)}
-    tpot = [(r.finish - r.first_token) / (r.output_len - 1) for r in res.reqs if r.output_len > 1]
-    return legs, statistics.median(tpot)
+    return legs, tel.tpot_p50
 
 
 def show(label: str, legs: dict[str, np.ndarray], tpot: float) -> None:
@@ -83,6 +81,7 @@ def main() -> None:
     ap.add_argument("rows", nargs="+", type=Path)
     ap.add_argument("--sim-only", action="store_true", help="the sim's legs for the rows' configurations only")
     args = ap.parse_args()
+    sims: dict[str, tuple[dict[str, np.ndarray], float]] = {}  # the sim's legs per configuration and workload
     for f in args.rows:
         for line in f.read_text().splitlines():
             r = json.loads(line)
@@ -92,7 +91,10 @@ def main() -> None:
             if real is None and not args.sim_only:
                 continue
             print(f"{r['workload']} {json.dumps(r['flags'])} ({f.parent.name}/{f.name})")
-            sim, tpot = sim_legs(r["flags"], r["model"], r["hardware"], Workload.from_dict(r["workload_spec"]))
+            key = json.dumps([r["flags"], r["model"], r["hardware"], r["workload_hash"]], sort_keys=True)
+            if key not in sims:
+                sims[key] = sim_legs(r["flags"], r["model"], r["hardware"], Workload.from_dict(r["workload_spec"]))
+            sim, tpot = sims[key]
             if real is not None:
                 show("real", real, float(r["telemetry"]["tpot_p50"]))
             show("sim ", sim, tpot)

@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from rsi_env.engine.telemetry import Telemetry
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.calibration import Calibration
 from rsi_env.sim.sglang import engine as sglang_engine
@@ -39,9 +40,10 @@ CONFIGS = {"defaults": {}, "c2": {"max_running_requests": 128, "chunked_prefill_
 
 
 def sim_run(flags: dict[str, Any], model: str, hardware: str, workload: Workload,
-            calibration: Calibration | None = None) -> tuple[list[dict[str, Any]], SglangResult | None]:
+            calibration: Calibration | None = None) -> tuple[list[dict[str, Any]], Telemetry, SglangResult | None]:
     """Every pass of the SGLang sim's run (``calibration``, else the chip's shipped one): kind, start time, new
-    requests and tokens (prefill), running, queued, time; and the run's result (its requests' timestamps)."""
+    requests and tokens (prefill), running, queued, time; the run's telemetry; and its result (its requests'
+    timestamps)."""
     passes: list[dict[str, Any]] = []
     price = sglang_engine.SglangEngineSim._price
 
@@ -57,11 +59,11 @@ def sim_run(flags: dict[str, Any], model: str, hardware: str, workload: Workload
 
     sglang_engine.SglangEngineSim._price = recording  # type: ignore[method-assign]
     try:
-        _, _, result = simulate_sglang_detailed(flags, model, hardware, workload,
-                                                calibration=calibration or sglang_calibration(hardware))
+        tel, _, result = simulate_sglang_detailed(flags, model, hardware, workload,
+                                                  calibration=calibration or sglang_calibration(hardware))
     finally:
         sglang_engine.SglangEngineSim._price = price  # type: ignore[method-assign]
-    return passes, result
+    return passes, tel, result
 
 
 def sim_passes(flags: dict[str, Any], model: str, hardware: str, workload: Workload,

@@ -45,7 +45,7 @@ def waits(times: list[float], kinds: list[str], spans: list[tuple[float, float]]
 def sim_waits(flags: dict[str, Any], model: str, hardware: str, workload: Workload) -> tuple[list[int], list[int]]:
     """`waits` over the shipped sim's passes (their start times) and its requests."""
     cal = sglang_calibration(hardware)
-    passes, res = sim_run(flags, model, hardware, workload, cal)
+    passes, _, res = sim_run(flags, model, hardware, workload, cal)
     assert res is not None
     return waits([p["t"] for p in passes], [p["kind"] for p in passes],
                  [(r.arrival, r.first_token + cal.frontend_s) for r in res.reqs])
