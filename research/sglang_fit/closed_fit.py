@@ -45,6 +45,10 @@ warm-started at SHARED0; written to research/sglang_fit/h100-sxm-sglang-0.5-shar
 calibration with that term at PER_REQ0; lease 15's g1-g3 (``cuda_graph_max_bs`` 32 at three caps on running requests)
 train beside `--shared`'s rows; lease 15's x1, and its e1, e2 and s2 measured again, are held out. Written to
 research/sglang_fit/h100-sxm-sglang-0.5-batch-eager.yaml.
+
+`--steady` (research/plans/sglang_first_token.md's candidate 4, set before its fit): with `--small`, lease 17's first
+call's many_small starts train a target of their own beside the rows' summaries: each start's steady first-token
+wait in decode passes (`steady.py`), weighted STEADY_W; lease 17's second call is printed beside, held out.
 """
 
 from __future__ import annotations
@@ -56,9 +60,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from closed_loop import EVAL, TERMS, closed_loop_rows
 from pick import flag_names, read_rows
+from steady import residuals as steady_residuals
+from steady import steady_rows
 
 from rsi_env.calibrate.report import errors, fitted_at, mapes, named
 from rsi_env.calibrate.samples import Sample, load_samples, samples_from_rows
@@ -94,6 +101,10 @@ SHARED0 = 0.25
 # Lease 13's note: e1's and e2's TPOT p50 short by ~20 us per running request above their largest graph (held-out
 # rows: the form's scale, not a fitted value).
 PER_REQ0 = 1e-5
+LEASE17 = ROOT / "data/sglang/0.5.17-h100/lease17"  # call1 trains `--steady`'s target, call2 is held out
+# The steady first-token residual's weight: a closed loop's throughput residual's (`timing.residuals`), so that four
+# starts pull against the ~40 training rows' summaries.
+STEADY_W = 2.0
 
 
 def lease2_files(train: bool) -> list[str]:
@@ -235,6 +246,8 @@ def main() -> None:
     ap.add_argument("--shared", action="store_true", help="with --small: fit kv_shared_read too")
     ap.add_argument("--batch-eager", action="store_true",
                     help="with --shared: fit uncaptured_per_req_s too, lease 15's g1-g3 in training")
+    ap.add_argument("--steady", action="store_true",
+                    help="with --small: lease 17 call 1's steady first-token waits train too (steady.py)")
     ap.add_argument("--max-nfev", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--name", help="with --write: the written file's kind (default: the fit's, e.g. shared)")
@@ -248,6 +261,8 @@ def main() -> None:
         ap.error("--small takes --eager")
     if args.shared and not args.small:
         ap.error("--shared takes --small")
+    if args.steady and not args.small:
+        ap.error("--steady takes --small")
     if args.batch_eager and not args.shared:
         ap.error("--batch-eager takes --shared")
     held_terms = tuple(t for t in args.hold.split(",") if t)
@@ -282,9 +297,21 @@ def main() -> None:
         start = shipped.with_coefficients({"kv_shared_read": SHARED0}) if args.shared else shipped
     elif args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row held)
         start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
+    steady_train = steady_rows([LEASE17 / "call1/rows.jsonl"]) if args.steady else []
+    if args.steady:
+        train_files.append(str(LEASE17 / "call1/rows.jsonl"))
+        texts.append((LEASE17 / "call1/rows.jsonl").read_text())
+        digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     t0 = time.perf_counter()
-    refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev)
+    refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev,
+                      extra=(lambda c: steady_residuals(steady_train, c, STEADY_W)) if steady_train else None)
     print(f"fit: {time.perf_counter() - t0:.0f} s")
+    if args.steady:
+        for label, cal in (("shipped", shipped), ("refit", refit)):
+            for part, rows in (("train", steady_train), ("held", steady_rows([LEASE17 / "call2/rows.jsonl"]))):
+                r = np.exp(steady_residuals(rows, cal, 1.0)) - 1
+                print(f"{label:8s} steady lease 17 {part}: sim / real - 1 {' '.join(f'{100 * x:+.1f}' for x in r)} % "
+                      f"(mean {100 * float(r.mean()):+.1f} %)")
     for label, cal in (("shipped", shipped), ("refit", refit)):
         for part, samples in s.items():
             err = evaluate(samples, cal, hw)

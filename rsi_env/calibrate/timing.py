@@ -8,6 +8,7 @@ The stage runs within the whole fit (`rsi_env.calibrate.full`), after the memory
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -65,9 +66,10 @@ def residuals(samples: list[Sample], cal: Calibration, hw: HardwareSpec) -> np.n
 
 
 def fit_terms(samples: list[Sample], hw: HardwareSpec, cal: Calibration, names: tuple[str, ...],
-              max_nfev: int) -> Calibration:
+              max_nfev: int, extra: Callable[[Calibration], np.ndarray] | None = None) -> Calibration:
     """Least squares of the timing coefficients ``names`` (in log space, within physical bounds), others fixed,
-    on `residuals`."""
+    on `residuals`, followed by ``extra``'s residuals where given (a target the samples' summaries do not carry,
+    e.g. a first-token wait measured on an engine's own clock)."""
     from scipy.optimize import least_squares
 
     lo = np.log([BOUNDS[n][0] for n in names])
@@ -75,8 +77,8 @@ def fit_terms(samples: list[Sample], hw: HardwareSpec, cal: Calibration, names: 
     x0 = np.clip(np.log([max(getattr(cal, n), BOUNDS[n][0]) for n in names]), lo + 1e-6, hi - 1e-6)
 
     def resid(x: np.ndarray) -> np.ndarray:
-        return residuals(samples, cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, x, strict=True)}),
-                         hw)
+        c = cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, x, strict=True)})
+        return residuals(samples, c, hw) if extra is None else np.concatenate([residuals(samples, c, hw), extra(c)])
 
     r = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, diff_step=0.05, x_scale=1.0)
     return cal.with_coefficients({n: float(math.exp(v)) for n, v in zip(names, r.x, strict=True)})
