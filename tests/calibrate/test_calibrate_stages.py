@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from rsi_env.calibrate.full import FULL
 from rsi_env.calibrate.stages import STAGES, run_stage
+from rsi_env.calibrate.timing import fit_terms
+from rsi_env.engine.hardware import load_hardware
 from rsi_env.sim.calibration import COEFFICIENTS
+from rsi_env.sim.sglang.simulate import sglang_calibration
 
 
 def test_every_stage_fits_coefficients_of_the_calibration_and_the_cli_s_stages_run_alone():
@@ -20,14 +26,6 @@ def test_every_stage_fits_coefficients_of_the_calibration_and_the_cli_s_stages_r
 def test_fit_terms_minimises_the_extra_residuals_beside_the_samples():
     """A target outside the samples' summaries (``extra``) pulls the fitted term: with no samples, the least squares
     lands the term where the extra residual is zero, inside its bounds."""
-    import math
-
-    import numpy as np
-
-    from rsi_env.calibrate.timing import fit_terms
-    from rsi_env.engine.hardware import load_hardware
-    from rsi_env.sim.sglang.simulate import sglang_calibration
-
     hw = load_hardware("h100-sxm")
     start = sglang_calibration(hw.name)
     target = 2.0 * start.cpu_step_s
