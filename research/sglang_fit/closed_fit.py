@@ -282,6 +282,9 @@ def main() -> None:
         train_files = [*lease2_files(True), f"{LEASE10} (defaults and c2)"]
         texts = [*(Path(f).read_text() for f in lease2_files(True)),
                  "".join(json.dumps(r) + "\n" for r in lease10(("defaults", "c2")))]
+    if args.steady:
+        train_files.append(str(LEASE17 / "call1/rows.jsonl"))
+        texts.append((LEASE17 / "call1/rows.jsonl").read_text())
     digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     hw = load_hardware("h100-sxm")
     shipped = sglang_calibration(hw.name)
@@ -298,17 +301,14 @@ def main() -> None:
     elif args.eager:  # warm start: the switch-held refit (its uncaptured_layer_s is lease 2's, which no row held)
         start = sglang_calibration(hw.name, HERE / f"{hw.name}-{shipped.engine_version}-switch-held.yaml")
     steady_train = steady_rows([LEASE17 / "call1/rows.jsonl"]) if args.steady else []
-    if args.steady:
-        train_files.append(str(LEASE17 / "call1/rows.jsonl"))
-        texts.append((LEASE17 / "call1/rows.jsonl").read_text())
-        digest = hashlib.sha256("".join(texts).encode()).hexdigest()[:12]
     t0 = time.perf_counter()
     refit = fit_terms(s["open_train"] + s["closed_train"], hw, start, terms, args.max_nfev,
                       extra=(lambda c: steady_residuals(steady_train, c, STEADY_W)) if steady_train else None)
     print(f"fit: {time.perf_counter() - t0:.0f} s")
     if args.steady:
+        steady_held = steady_rows([LEASE17 / "call2/rows.jsonl"])
         for label, cal in (("shipped", shipped), ("refit", refit)):
-            for part, rows in (("train", steady_train), ("held", steady_rows([LEASE17 / "call2/rows.jsonl"]))):
+            for part, rows in (("train", steady_train), ("held", steady_held)):
                 r = np.exp(steady_residuals(rows, cal, 1.0)) - 1
                 print(f"{label:8s} steady lease 17 {part}: sim / real - 1 {' '.join(f'{100 * x:+.1f}' for x in r)} % "
                       f"(mean {100 * float(r.mean()):+.1f} %)")

@@ -67,9 +67,14 @@ def sim_legs(flags: dict[str, Any], model: str, hardware: str,
     return legs, tel.tpot_p50
 
 
+def steady(arrival: np.ndarray, ttft: np.ndarray, tpot: float) -> np.ndarray:
+    """The requests sent after the start burst that barely queued (a mask)."""
+    return (arrival > AFTER_S) & (ttft < LOW_QUEUE * tpot)
+
+
 def show(label: str, legs: dict[str, np.ndarray], tpot: float) -> None:
     ttft = legs["first"] - legs["arrival"]
-    keep = (legs["arrival"] > AFTER_S) & (ttft < LOW_QUEUE * tpot)
+    keep = steady(legs["arrival"], ttft, tpot)
     parts = "  ".join(f"{k} {1e3 * float(np.median(legs[k][keep])):5.1f}" for k in LEGS)
     ratio = "  ".join(f"{k} {float(np.median(legs[k][keep])) / tpot:4.2f}" for k in LEGS)
     print(f"  {label}: {int(keep.sum())} requests, TTFT p50 {1e3 * float(np.median(ttft[keep])):5.1f} ms "

@@ -2,8 +2,8 @@
 
     python3 research/sglang_fit/steady.py ROWS.jsonl [...] [--calibration FILE]
 
-The steady requests are those sent after the start burst (`first_token_path.AFTER_S`) that barely queued (TTFT under
-`first_token_path.LOW_QUEUE` TPOT p50s): their median TTFT over the start's TPOT p50 is how many decode passes a new
+The steady requests are those `first_token_path.steady` keeps: sent after the start burst, barely queued (TTFT under
+three TPOT p50s): their median TTFT over the start's TPOT p50 is how many decode passes a new
 request waits for its first token where nothing queues (`ttft_ratio.py`'s ratio, without the burst). Dividing by the
 start's own TPOT p50 takes the lent machine's pass speed out. `residuals` gives a fit (`closed_fit.py --steady`) the
 log of the sim's ratio over the real one, per row. Run alone, it prints both per row.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from first_token_path import AFTER_S, LOW_QUEUE
+from first_token_path import steady
 
 from rsi_env.engine.workload import Workload
 from rsi_env.sim.calibration import Calibration
@@ -28,7 +28,7 @@ from rsi_env.sim.sglang.simulate import sglang_calibration, simulate_sglang_deta
 def ratio(arrival: np.ndarray, first: np.ndarray, tpot_p50: float) -> float:
     """The steady requests' median TTFT over the TPOT p50 (nan where none is steady)."""
     ttft = first - arrival
-    keep = (arrival > AFTER_S) & (ttft < LOW_QUEUE * tpot_p50)
+    keep = steady(arrival, ttft, tpot_p50)
     return float(np.median(ttft[keep])) / tpot_p50 if keep.any() else math.nan
 
 
